@@ -1,0 +1,397 @@
+"""Append-only, hash-chained JSONL logs (the ledger and the GPU-hour log).
+
+Every row is one line of JSON with the envelope fields ``schema_version``, ``campaign``, ``seq``
+(0, 1, 2, ... with no gaps), ``ts`` (UTC, ISO 8601 with a ``Z``), ``kind`` and ``prev``: the
+SHA-256 (hex) of the previous row's exact bytes, without its newline. The first row's ``prev`` is
+64 zeros.
+
+Appends take an exclusive ``flock`` on the log itself, write the whole line with ``O_APPEND``
+and ``fsync`` it, then record the new head (sequence number and SHA-256 of the last row) in
+``<log>.head`` by write-to-temporary and rename. The head lets ``verify`` notice what a chain
+alone cannot: a changed or deleted final row.
+
+A crash in the middle of an append leaves a final line with no newline (a torn tail). ``verify``
+reports it; the next append moves its bytes, unchanged, into ``<log>.torn-<seq>`` beside the
+log, truncates the log back to its last complete row and appends a ``recovery`` row naming the
+side file and the SHA-256 of the bytes. No complete row is ever altered or dropped.
+
+This module uses only the standard library and Python 3.7 syntax so that the harness hooks can
+import it.
+"""
+
+from __future__ import annotations
+
+import datetime
+import errno
+import fcntl
+import hashlib
+import json
+import os
+
+from .errors import IntegrityError, InputError
+
+SCHEMA_VERSION = 1
+GENESIS_PREV = "0" * 64
+ENVELOPE = ("schema_version", "campaign", "seq", "ts", "kind", "prev")
+_TAIL_CHUNK = 65536
+
+
+def utc_now() -> str:
+    """The current UTC time as ``YYYY-MM-DDTHH:MM:SS.ffffffZ``."""
+    now = datetime.datetime.now(datetime.timezone.utc)
+    return now.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def parse_ts(text) -> datetime.datetime:
+    """Parse a row timestamp; raises ``ValueError`` on anything but the documented form."""
+    if not isinstance(text, str) or not text.endswith("Z"):
+        raise ValueError("timestamp %r is not UTC ISO 8601 ending in Z" % (text,))
+    return datetime.datetime.strptime(text, "%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def sha256_hex(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def encode_row(row: dict) -> bytes:
+    """The exact bytes of a row (no newline). Strict JSON: NaN and infinities are refused."""
+    return json.dumps(row, ensure_ascii=True, separators=(",", ":"), allow_nan=False).encode("ascii")
+
+
+class VerifyReport(object):
+    """What ``ChainLog.verify`` found. ``ok`` is False only for integrity problems."""
+
+    def __init__(self, path):
+        self.path = path
+        self.rows = 0
+        self.ok = True
+        self.first_bad = None  # {"line": n (1-based), "seq": s or None, "reason": text}
+        self.warnings = []
+        self.torn_tail_bytes = 0
+        self.parsed = []  # the rows verified, in file order
+
+    def fail(self, line, seq, reason):
+        self.ok = False
+        self.first_bad = {"line": line, "seq": seq, "reason": reason}
+
+    def as_dict(self) -> dict:
+        return {
+            "path": str(self.path),
+            "ok": self.ok,
+            "rows": self.rows,
+            "first_bad": self.first_bad,
+            "torn_tail_bytes": self.torn_tail_bytes,
+            "warnings": list(self.warnings),
+        }
+
+    def summary(self) -> str:
+        name = os.path.basename(str(self.path))
+        if not self.ok:
+            bad = self.first_bad
+            return "%s: BROKEN at line %d (seq %s): %s" % (name, bad["line"], bad["seq"], bad["reason"])
+        text = "%s: ok, %d rows" % (name, self.rows)
+        if self.torn_tail_bytes:
+            text += ", torn tail of %d bytes (recovered at the next append)" % self.torn_tail_bytes
+        return text
+
+
+class ChainLog(object):
+    """One append-only, hash-chained JSONL file.
+
+    ``validate`` is called with ``(kind, row)`` before a row is written and while verifying;
+    it raises ``ValueError`` with a reason when the row does not match the schema.
+    """
+
+    def __init__(self, path, validate=None):
+        self.path = os.fspath(path)
+        self.head_path = self.path + ".head"
+        self._validate = validate
+
+    # ------------------------------------------------------------------ reading
+    def read_bytes(self) -> bytes:
+        try:
+            with open(self.path, "rb") as handle:
+                return handle.read()
+        except IOError as exc:
+            if exc.errno == errno.ENOENT:
+                return b""
+            raise
+
+    @staticmethod
+    def split(data: bytes):
+        """Split file bytes into (complete lines, torn tail bytes)."""
+        if not data:
+            return [], b""
+        parts = data.split(b"\n")
+        return parts[:-1], parts[-1]
+
+    def rows(self) -> list:
+        """Every complete row, parsed. Raises ``IntegrityError`` on a line that is not JSON."""
+        lines, _torn = self.split(self.read_bytes())
+        out = []
+        for number, line in enumerate(lines, 1):
+            try:
+                row = json.loads(line)
+            except ValueError:
+                raise IntegrityError(
+                    "%s line %d is not valid JSON; run `attune verify` to locate the damage"
+                    % (self.path, number))
+            out.append(row)
+        return out
+
+    def read_head(self):
+        try:
+            with open(self.head_path, "r") as handle:
+                head = json.load(handle)
+        except IOError as exc:
+            if exc.errno == errno.ENOENT:
+                return None
+            raise
+        except ValueError:
+            return {"invalid": True}
+        return head
+
+    # ------------------------------------------------------------------ verify
+    def verify(self) -> VerifyReport:
+        """Check every row, the chain and the head; stop at the first integrity problem."""
+        report = VerifyReport(self.path)
+        lines, torn = self.split(self.read_bytes())
+        report.torn_tail_bytes = len(torn)
+        prev = GENESIS_PREV
+        campaign = None
+        for index, line in enumerate(lines):
+            number = index + 1
+            try:
+                row = json.loads(line)
+            except ValueError:
+                report.fail(number, None, "not valid JSON")
+                return report
+            if not isinstance(row, dict):
+                report.fail(number, None, "not a JSON object")
+                return report
+            seq = row.get("seq")
+            reason = self._envelope_problem(row, index, prev, campaign)
+            if reason is None and self._validate is not None:
+                try:
+                    self._validate(row.get("kind"), row)
+                except ValueError as exc:
+                    reason = str(exc)
+            if reason is not None:
+                report.fail(number, seq, reason)
+                return report
+            if campaign is None:
+                campaign = row["campaign"]
+            prev = sha256_hex(line)
+            report.rows = number
+            report.parsed.append(row)
+        self._check_head(report, lines)
+        if torn:
+            report.warnings.append(
+                "torn final line of %d bytes (a writer stopped mid-append); the next append "
+                "preserves it in a side file and records a recovery row" % len(torn))
+        return report
+
+    @staticmethod
+    def _envelope_problem(row, index, prev, campaign):
+        for key in ENVELOPE:
+            if key not in row:
+                return "missing field %r" % key
+        if row["schema_version"] != SCHEMA_VERSION:
+            return "schema_version %r is not %d" % (row["schema_version"], SCHEMA_VERSION)
+        if not isinstance(row["seq"], int) or isinstance(row["seq"], bool) or row["seq"] != index:
+            return "seq %r where %d was expected (a row was removed, inserted or moved)" % (row["seq"], index)
+        if row["prev"] != prev:
+            return "prev does not match the SHA-256 of the row before it (a row was changed, removed, inserted or moved)"
+        if campaign is not None and row["campaign"] != campaign:
+            return "campaign %r differs from the first row's %r" % (row["campaign"], campaign)
+        if not isinstance(row["campaign"], str) or not row["campaign"]:
+            return "campaign must be a non-empty string"
+        if not isinstance(row["kind"], str):
+            return "kind must be a string"
+        try:
+            parse_ts(row["ts"])
+        except ValueError as exc:
+            return str(exc)
+        return None
+
+    def _check_head(self, report, lines):
+        head = self.read_head()
+        count = len(lines)
+        if head is None:
+            if count:
+                report.fail(count, count - 1, "head record %s is missing" % os.path.basename(self.head_path))
+            return
+        if head.get("invalid") or not isinstance(head.get("seq"), int) or not isinstance(head.get("sha256"), str):
+            report.fail(count, None, "head record %s is not valid" % os.path.basename(self.head_path))
+            return
+        seq = head["seq"]
+        if seq >= count:
+            report.fail(count, None, "the head records seq %d but the log ends at seq %d: rows were removed"
+                        % (seq, count - 1))
+            return
+        if sha256_hex(lines[seq]) != head["sha256"]:
+            report.fail(seq + 1, seq, "row changed since it was written (its SHA-256 differs from the head record)")
+            return
+        if seq < count - 1:
+            report.warnings.append(
+                "%d row(s) after the head record: appended by another tool or by a writer that stopped "
+                "before updating the head; they chain correctly" % (count - 1 - seq))
+
+    # ------------------------------------------------------------------ append
+    def append(self, kind: str, payload: dict, campaign: str = None, ts: str = None) -> dict:
+        """Append one row and return it. ``campaign`` is required only for the first row."""
+        for key in ENVELOPE:
+            if key in payload:
+                raise InputError("payload field %r is reserved for the row envelope" % key)
+        directory = os.path.dirname(os.path.abspath(self.path))
+        created = not os.path.exists(self.path)
+        fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            last = self._recover_and_read_last(fd, campaign, ts)
+            row = self._make_row(last, kind, payload, campaign, ts)
+            self._write_row(fd, row)
+        finally:
+            os.close(fd)  # closing releases the lock
+        if created:
+            _fsync_dir(directory)
+        return row
+
+    def _make_row(self, last, kind, payload, campaign, ts):
+        if last is None:
+            if not campaign:
+                raise InputError("%s does not exist yet: the first row needs a campaign id" % self.path)
+            seq, prev = 0, GENESIS_PREV
+        else:
+            last_row, last_bytes = last
+            if campaign and campaign != last_row["campaign"]:
+                raise IntegrityError("%s belongs to campaign %r, not %r"
+                                     % (self.path, last_row["campaign"], campaign))
+            campaign = last_row["campaign"]
+            seq, prev = last_row["seq"] + 1, sha256_hex(last_bytes)
+        row = {"schema_version": SCHEMA_VERSION, "campaign": campaign, "seq": seq,
+               "ts": ts or utc_now(), "kind": kind, "prev": prev}
+        row.update(payload)
+        if self._validate is not None:
+            try:
+                self._validate(kind, row)
+            except ValueError as exc:
+                raise InputError("refusing to append to %s: %s" % (self.path, exc))
+        return row
+
+    def _write_row(self, fd, row):
+        data = encode_row(row)
+        _write_all(fd, data + b"\n")
+        os.fsync(fd)
+        self._write_head(row["seq"], sha256_hex(data))
+
+    def _write_head(self, seq, digest):
+        tmp = "%s.tmp-%d" % (self.head_path, os.getpid())
+        with open(tmp, "w") as handle:
+            json.dump({"seq": seq, "sha256": digest}, handle)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, self.head_path)
+        _fsync_dir(os.path.dirname(os.path.abspath(self.head_path)))
+
+    def _recover_and_read_last(self, fd, campaign, ts):
+        """Under the lock: preserve a torn tail if there is one, then return the last row."""
+        size = os.fstat(fd).st_size
+        if size == 0:
+            return None
+        tail_start, last_line_start = _find_tail(fd, size)
+        if tail_start < size:
+            torn = _pread_all(fd, tail_start, size - tail_start)
+            last = self._parse_last(fd, last_line_start, tail_start - 1) if tail_start else None
+            next_seq = last[0]["seq"] + 1 if last else 0
+            side = "%s.torn-%d" % (self.path, next_seq)
+            suffix = 0
+            while os.path.exists(side):
+                suffix += 1
+                side = "%s.torn-%d.%d" % (self.path, next_seq, suffix)
+            with open(side, "wb") as handle:
+                handle.write(torn)
+                handle.flush()
+                os.fsync(handle.fileno())
+            _fsync_dir(os.path.dirname(os.path.abspath(side)))
+            os.ftruncate(fd, tail_start)
+            os.fsync(fd)
+            row = self._make_row(last, "recovery", {
+                "torn_bytes": len(torn),
+                "torn_sha256": sha256_hex(torn),
+                "side_file": os.path.basename(side),
+            }, campaign, ts)
+            self._write_row(fd, row)
+            return row, encode_row(row)
+        return self._parse_last(fd, last_line_start, size - 1)
+
+    def _parse_last(self, fd, start, end):
+        data = _pread_all(fd, start, end - start)
+        try:
+            row = json.loads(data)
+        except ValueError:
+            raise IntegrityError("the last row of %s is not valid JSON; run `attune verify`" % self.path)
+        if not isinstance(row, dict) or not isinstance(row.get("seq"), int) or "campaign" not in row:
+            raise IntegrityError("the last row of %s has no envelope; run `attune verify`" % self.path)
+        return row, data
+
+
+def _find_tail(fd, size):
+    """Return (start of the torn tail, start of the last complete line).
+
+    The torn tail is empty (start == size) when the file ends in a newline.
+    """
+    end = size
+    newline_positions = []
+    while end > 0 and len(newline_positions) < 2:
+        start = max(0, end - _TAIL_CHUNK)
+        chunk = _pread_all(fd, start, end - start)
+        index = len(chunk)
+        while len(newline_positions) < 2:
+            index = chunk.rfind(b"\n", 0, index)
+            if index < 0:
+                break
+            newline_positions.append(start + index)
+        end = start
+    if not newline_positions:
+        return 0, 0
+    tail_start = newline_positions[0] + 1
+    last_line_end = newline_positions[0]
+    if len(newline_positions) > 1:
+        last_line_start = newline_positions[1] + 1
+    else:
+        last_line_start = 0
+    assert last_line_start <= last_line_end
+    return tail_start, last_line_start
+
+
+def _pread_all(fd, offset, length):
+    chunks = []
+    while length > 0:
+        data = os.pread(fd, length, offset)
+        if not data:
+            break
+        chunks.append(data)
+        offset += len(data)
+        length -= len(data)
+    return b"".join(chunks)
+
+
+def _write_all(fd, data):
+    view = memoryview(data)
+    while view:
+        written = os.write(fd, view)
+        view = view[written:]
+
+
+def _fsync_dir(directory):
+    try:
+        dfd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(dfd)
+    except OSError:
+        pass
+    finally:
+        os.close(dfd)

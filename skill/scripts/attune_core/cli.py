@@ -1,0 +1,275 @@
+"""attune: the one command-line interface of an ATTUNE campaign.
+
+Usage: python3 skill/scripts/attune.py <verb> [--campaign DIR] [--json] ...
+
+Verbs are thin: each parses its arguments, calls one library function, prints the result and
+returns an exit code. Every verb takes ``--campaign DIR`` (default ``$ATTUNE_CAMPAIGN_DIR``, else
+the current directory). Stdout is an interface: ``key: value`` lines, or one JSON object with
+``--json``; diagnostics go to stderr.
+
+Exit codes: 0 ok, 1 check failed, 2 usage or bad input, 3 integrity.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from . import budget as budget_mod
+from . import campaign as campaign_mod
+from . import report as report_mod
+from . import results as results_mod
+from . import settings as settings_mod
+from . import snapshot as snapshot_mod
+from . import status as status_mod
+from .errors import EXIT_OK, AttuneError, CheckFailed, InputError, IntegrityError
+
+VERBS = {}
+
+
+def verb(name, help_text):
+    def wrap(func):
+        VERBS[name] = (func, help_text)
+        return func
+    return wrap
+
+
+def _emit(args, data: dict, text: str) -> None:
+    if getattr(args, "json", False):
+        sys.stdout.write(json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
+    else:
+        sys.stdout.write(text if text.endswith("\n") else text + "\n")
+
+
+def _dir(args) -> Path:
+    return campaign_mod.resolve_dir(args.campaign)
+
+
+def _snapshot(args):
+    return snapshot_mod.take(_dir(args), config_file=getattr(args, "config", None))
+
+
+# ---------------------------------------------------------------------------------------- verbs
+@verb("init", "create a campaign directory: freeze the settings and write the first ledger row")
+def cmd_init(args) -> int:
+    settings = settings_mod.load(config_file=args.config)
+    created = campaign_mod.init(_dir(args), settings, args.campaign_id)
+    data = {"campaign": created.id, "dir": str(created.dir), "settings_sha256": settings.sha256()}
+    _emit(args, data, "campaign: %s\ndir: %s\nsettings_sha256: %s" % (data["campaign"], data["dir"],
+                                                                     data["settings_sha256"]))
+    return EXIT_OK
+
+
+@verb("settings", "validate and print the settings (the campaign's frozen copy when it has one)")
+def cmd_settings(args) -> int:
+    if args.example:
+        sys.stdout.write(settings_mod.render_example())
+        return EXIT_OK
+    loaded = settings_mod.for_campaign(_dir(args), config_file=args.config)
+    if args.check_files:
+        loaded.check_files()
+    values = loaded.as_env()
+    _emit(args, values, "".join("%s: %s\n" % item for item in values.items()))
+    return EXIT_OK
+
+
+@verb("verify", "check the hash chains of ledger.jsonl and gpu_hours.jsonl; name the first bad row")
+def cmd_verify(args) -> int:
+    campaign = campaign_mod.Campaign(_dir(args))
+    campaign.require_ledger()
+    reports = [campaign.ledger.verify(), campaign.gpu_log.verify()]
+    data = {"ok": all(r.ok for r in reports), "ledger": reports[0].as_dict(), "gpu_hours": reports[1].as_dict()}
+    lines = []
+    for report in reports:
+        lines.append("%s: %s" % (Path(report.path).stem.replace(".jsonl", ""), report.summary()))
+        lines += ["warning: %s" % text for text in report.warnings]
+    lines.append("ok: %s" % ("yes" if data["ok"] else "no"))
+    _emit(args, data, "\n".join(lines))
+    if not data["ok"]:
+        for report in reports:
+            if not report.ok:
+                print("attune verify: %s" % report.summary(), file=sys.stderr)
+        return IntegrityError.exit_code
+    return EXIT_OK
+
+
+@verb("rank", "regenerate RESULTS.md (and the throughput chart) from the ledger")
+def cmd_rank(args) -> int:
+    snap = _snapshot(args)
+    ranking = snap.ranking
+    rows, last_ts = len(snap.ledger_rows), snap.ledger_rows[-1]["ts"]
+    recorded = None
+    if not args.dry_run:
+        recorded = _record_leader(snap)
+        if recorded is not None:
+            rows, last_ts = rows + 1, recorded["ts"]
+    directory = snap.campaign.dir
+    chart, note = None, "disabled with --no-chart"
+    if not args.no_chart and not args.dry_run:
+        note = results_mod.draw_chart(ranking, directory / campaign_mod.CHART)
+        chart = campaign_mod.CHART if note is None else None
+    text = results_mod.render(ranking, snap.budget, snap.campaign.id, rows, last_ts, chart, note or "")
+    if args.dry_run:
+        sys.stdout.write(text)
+        return EXIT_OK
+    report_mod._atomic_write(directory / campaign_mod.RESULTS, text.encode("utf-8"))
+    lead = ranking.leader
+    data = {"results": str(directory / campaign_mod.RESULTS), "chart": chart and str(directory / chart),
+            "leader": lead.first.run if lead else None, "tokens_per_s_per_gpu": lead.score if lead else None,
+            "band": ranking.band, "leader_recorded": recorded is not None}
+    _emit(args, data, "results: %s\nchart: %s\nleader: %s\nband: %.4f%s" % (
+        data["results"], data["chart"] or "not drawn (%s)" % note, data["leader"] or "none", ranking.band,
+        "\nleader_recorded: yes" if recorded else ""))
+    return EXIT_OK
+
+
+def _record_leader(snap):
+    """Append a ``leader`` row when the leader's recipe differs from the last one recorded."""
+    lead = snap.ranking.leader
+    if lead is None or lead.score is None:
+        return None
+    recorded = [row for row in snap.ledger_rows if row["kind"] == "leader"]
+    previous = recorded[-1] if recorded else None
+    if previous is not None and previous["recipe_sha256"] == lead.sha:
+        return None
+    return snap.campaign.append("leader", run=lead.first.run, recipe_sha256=lead.sha,
+                                tokens_per_s_per_gpu=lead.score, band=snap.ranking.band,
+                                previous=previous["run"] if previous else None)
+
+
+@verb("status", "one screen: budget, leader, band, runs in flight, last results, next steps, stop state")
+def cmd_status(args) -> int:
+    snap = _snapshot(args)
+    info = status_mod.collect(snap)
+    _emit(args, info, status_mod.render(info, snap.budget.describe()))
+    return EXIT_OK
+
+
+@verb("budget", "print GPU-hours (or runs) spent, reserved and left; --need H checks a launch")
+def cmd_budget(args) -> int:
+    snap = _snapshot(args)
+    state = snap.budget
+    data = state.as_dict()
+    text = "budget: %s\nspent: %.4f\nreserved: %.4f\nleft: %.4f\nunit: %s\ngpu_hours_spent: %.4f" % (
+        state.describe(), state.spent, state.reserved, state.left, state.unit, state.gpu_hours_spent)
+    if args.need is not None:
+        try:
+            budget_mod.check_launch(state, args.need)
+            data["launch"] = "allowed"
+        except CheckFailed as exc:
+            data["launch"] = "refused"
+            _emit(args, data, text + "\nlaunch: refused")
+            raise exc
+        text += "\nlaunch: allowed"
+    _emit(args, data, text)
+    return EXIT_OK
+
+
+@verb("stop", "record a stop with its evidence: the runs considered and why nothing left can clear the band")
+def cmd_stop(args) -> int:
+    snap = _snapshot(args)
+    ranking = snap.ranking
+    if not args.reason.strip():
+        raise InputError("--reason is empty. Fix: say why nothing left is expected to clear the band")
+    unknown = [run for run in args.evidence if ranking.run(run) is None]
+    if unknown:
+        raise InputError("--evidence names run(s) the ledger does not have: %s. Fix: give run ids from "
+                         "`attune status` or RESULTS.md" % ", ".join(unknown))
+    unfinished = [run for run in args.evidence if not ranking.run(run).finalized]
+    if unfinished or ranking.in_flight:
+        raise CheckFailed("runs are still in flight (%s). Fix: finalize or tear them down before recording a stop"
+                          % ", ".join(run.run for run in ranking.in_flight))
+    row = snap.campaign.append("stop", reason=args.reason.strip(), evidence=list(args.evidence))
+    _emit(args, {"stop": row}, "stop: recorded at %s (seq %d)" % (row["ts"], row["seq"]))
+    return EXIT_OK
+
+
+@verb("note", "append a free-text note to the ledger")
+def cmd_note(args) -> int:
+    campaign = campaign_mod.Campaign(_dir(args))
+    snapshot_mod.verify(campaign)
+    payload = {"text": args.text}
+    if args.run:
+        payload["run"] = args.run
+    row = campaign.append("note", **payload)
+    _emit(args, {"note": row}, "note: recorded at %s (seq %d)" % (row["ts"], row["seq"]))
+    return EXIT_OK
+
+
+@verb("report", "write REPORT.md, and recipe.yaml when every pre-ship check passes (exit 1 when refused)")
+def cmd_report(args) -> int:
+    snap = _snapshot(args)
+    outcome = report_mod.write(snap)
+    lines = ["report: %s" % outcome.report_path, "shipped: %s" % ("yes" if outcome.shipped else "no")]
+    if outcome.recipe_path:
+        lines.append("recipe: %s" % outcome.recipe_path)
+    if outcome.withdrawn:
+        lines.append("withdrawn: %s" % outcome.withdrawn)
+    lines += ["check: %s %s: %s" % ("pass" if ok else "FAIL", name, detail) for name, ok, detail in outcome.checks]
+    _emit(args, outcome.as_dict(), "\n".join(lines))
+    if not outcome.shipped:
+        raise CheckFailed("shipping refused: %s" % "; ".join(
+            "%s: %s" % (name, detail) for name, ok, detail in outcome.checks if not ok))
+    return EXIT_OK
+
+
+# ---------------------------------------------------------------------------------------- parser
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="attune", description=__doc__.split("\n\n")[0],
+                                     epilog="Exit codes: 0 ok, 1 check failed, 2 usage or bad input, 3 integrity.")
+    sub = parser.add_subparsers(dest="verb", metavar="VERB")
+    sub.required = True
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--campaign", metavar="DIR",
+                        help="campaign directory (default: $ATTUNE_CAMPAIGN_DIR, else the current directory)")
+    common.add_argument("--json", action="store_true", help="print one JSON object")
+    with_config = argparse.ArgumentParser(add_help=False)
+    with_config.add_argument("--config", metavar="FILE",
+                             help="config.env to read settings from (ignored once the campaign froze its own)")
+    parents = {"init": [common, with_config], "settings": [common, with_config]}
+    for name, (func, help_text) in VERBS.items():
+        p = sub.add_parser(name, help=help_text, description=help_text,
+                           parents=parents.get(name, [common, with_config]))
+        p.set_defaults(func=func)
+        if name == "init":
+            p.add_argument("--campaign-id", help="id for the new campaign (default: <prefix>-<UTC time>)")
+        elif name == "settings":
+            p.add_argument("--example", action="store_true", help="print config.example.env")
+            p.add_argument("--check-files", action="store_true", help="also check that the files exist here")
+        elif name == "rank":
+            p.add_argument("--no-chart", action="store_true", help="do not draw the chart")
+            p.add_argument("--dry-run", action="store_true",
+                           help="print RESULTS.md to stdout; write nothing, record nothing")
+        elif name == "budget":
+            p.add_argument("--need", type=float, metavar="GPUH",
+                           help="check whether a launch expected to take GPUH GPU-hours fits (exit 1 if not)")
+        elif name == "stop":
+            p.add_argument("--reason", required=True, help="why nothing left is expected to clear the band")
+            p.add_argument("--evidence", nargs="+", required=True, metavar="RUN", help="the runs considered")
+        elif name == "note":
+            p.add_argument("text", help="the note")
+            p.add_argument("--run", help="the run the note is about")
+    return parser
+
+
+def main(argv=None) -> int:
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # argparse: --help exits 0, usage errors 2
+        return int(exc.code or 0)
+    try:
+        return args.func(args)
+    except AttuneError as exc:
+        for line in exc.lines():
+            print("attune %s: %s" % (args.verb, line), file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("attune %s: interrupted" % args.verb, file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

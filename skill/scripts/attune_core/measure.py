@@ -1,0 +1,125 @@
+"""Score one run from the per-iteration metrics that ``finalize`` records (measurement.md §3).
+
+A run is scored on the iterations of the scoring window (default 5 to 19, inclusive, numbered as
+Megatron prints them). The score is the median step time over the window and
+
+    tokens/s/GPU = global_batch_size * seq_length / (median step time in s * GPUs)
+
+A run is not rankable, and says why, when it did not finish, when an iteration of the window is
+missing or has no positive step time, when any iteration has a NaN or infinite loss, or when any
+iteration was skipped (``skipped`` or ``nan`` above zero).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import statistics
+from typing import Optional
+
+NON_FINITE = {"nan": float("nan"), "inf": float("inf"), "-inf": float("-inf")}
+
+
+def to_float(value) -> Optional[float]:
+    """A metric value as a float: numbers as they are, ``"nan"``/``"inf"``/``"-inf"`` strings decoded."""
+    if value is None or isinstance(value, bool):
+        return None
+    if isinstance(value, (int, float)):
+        return float(value)
+    if isinstance(value, str) and value.lower() in NON_FINITE:
+        return NON_FINITE[value.lower()]
+    return None
+
+
+def encode_float(value: float):
+    """The inverse of ``to_float`` for writing strict JSON."""
+    if math.isnan(value):
+        return "nan"
+    if math.isinf(value):
+        return "inf" if value > 0 else "-inf"
+    return value
+
+
+@dataclasses.dataclass(frozen=True)
+class RunScore:
+    rankable: bool
+    why: str  # empty when rankable
+    tokens_per_s_per_gpu: Optional[float] = None
+    step_time_s: Optional[float] = None  # median over the window
+    step_mean_s: Optional[float] = None
+    step_min_s: Optional[float] = None
+    step_max_s: Optional[float] = None
+    spread: Optional[float] = None  # (max - min) / median over the window
+    steps: int = 0
+
+    def as_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+def not_rankable(why: str) -> RunScore:
+    return RunScore(False, why)
+
+
+def score_run(status: str, metrics: Optional[dict], window=(5, 19), failure: Optional[dict] = None) -> RunScore:
+    """Score a finalized run; never raises on bad metrics, returns a not-rankable score instead."""
+    if status != "finished":
+        detail = ""
+        if failure:
+            detail = ": " + str(failure.get("class") or failure.get("detail") or "").strip()
+        return not_rankable("run %s%s" % (status, detail.rstrip(": ")))
+    if not isinstance(metrics, dict):
+        return not_rankable("no metrics recorded")
+    sizes = {}
+    for field in ("global_batch_size", "seq_length", "gpus"):
+        value = metrics.get(field)
+        if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+            return not_rankable("metrics.%s is missing or not a positive integer" % field)
+        sizes[field] = value
+    by_iter = {}
+    for item in metrics.get("iterations") or []:
+        number = item.get("iter") if isinstance(item, dict) else None
+        if not isinstance(number, int):
+            return not_rankable("an iteration record has no iteration number")
+        if number in by_iter:
+            return not_rankable("iteration %d is reported twice" % number)
+        by_iter[number] = item
+    for number in sorted(by_iter):
+        item = by_iter[number]
+        loss = to_float(item.get("loss"))
+        if loss is not None and not math.isfinite(loss):
+            return not_rankable("%s loss at iteration %d" % ("NaN" if math.isnan(loss) else "infinite", number))
+        if (item.get("skipped") or 0) > 0:
+            return not_rankable("iteration %d was skipped" % number)
+        if (item.get("nan") or 0) > 0:
+            return not_rankable("iteration %d counted a NaN iteration" % number)
+    first, last = window
+    missing = [n for n in range(first, last + 1) if n not in by_iter]
+    if missing:
+        return not_rankable("iteration(s) %s of the window %d-%d missing" % (_ranges(missing), first, last))
+    times = []
+    for number in range(first, last + 1):
+        step = to_float(by_iter[number].get("step_ms"))
+        if step is None or not math.isfinite(step) or step <= 0:
+            return not_rankable("iteration %d has no positive step time" % number)
+        times.append(step / 1000.0)
+    median = statistics.median(times)
+    tokens = sizes["global_batch_size"] * sizes["seq_length"] / (median * sizes["gpus"])
+    return RunScore(
+        rankable=True, why="", tokens_per_s_per_gpu=tokens, step_time_s=median,
+        step_mean_s=sum(times) / len(times), step_min_s=min(times), step_max_s=max(times),
+        spread=(max(times) - min(times)) / median, steps=len(times),
+    )
+
+
+def _ranges(numbers) -> str:
+    """``[5, 6, 7, 9]`` -> ``"5-7, 9"``."""
+    out = []
+    start = prev = numbers[0]
+    for number in numbers[1:] + [None]:
+        if number is not None and number == prev + 1:
+            prev = number
+            continue
+        out.append(str(start) if start == prev else "%d-%d" % (start, prev))
+        if number is not None:
+            start = prev = number
+    return ", ".join(out)

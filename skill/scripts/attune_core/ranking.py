@@ -1,0 +1,303 @@
+"""Rank a campaign from its ledger rows alone (measurement.md §4-§6).
+
+Ranking is a pure function of the set of rows: shuffling the rows gives the same result, because
+every ordering it uses comes from row content (launch time, then run id), never file position.
+
+* A **recipe** is identified by ``recipe_sha256``; runs with the same recipe are repeats of it.
+* A recipe's **score** is the median tokens/s/GPU of its rankable runs.
+* The **noise band** is the largest relative range, ``(max - min) / median`` of tokens/s/GPU,
+  among recipes with at least two rankable runs, and never below the floor. It is established once
+  the baseline has ``baseline_repeats`` rankable runs; until then no candidate can lead.
+* A candidate recipe is **eligible** to lead when its gate passed (no gate of any of its runs
+  failed) and it has at least two rankable runs (the run and its paired confirmation).
+* The **leader** starts as the baseline; eligible recipes are taken in increasing score, and each
+  one whose score beats the current leader's by more than the band becomes the leader.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import statistics
+from typing import Optional
+
+from .chainlog import ENVELOPE
+from .measure import RunScore, score_run
+
+
+@dataclasses.dataclass
+class RunView:
+    run: str
+    purpose: str
+    recipe: str
+    launch_ts: str
+    gpus: int
+    backend: str
+    parent: Optional[str] = None
+    change: object = None
+    hypothesis: str = ""
+    lever: str = ""
+    simulated: bool = False
+    expected_gpu_hours: Optional[float] = None
+    recipe_path: str = ""
+    status: str = "running"  # result status once finalized
+    failure: Optional[dict] = None
+    score: Optional[RunScore] = None
+    gate: Optional[str] = None  # "pass", "fail" or None
+    gate_reasons: tuple = ()
+    result_ts: str = ""
+
+    @property
+    def finalized(self) -> bool:
+        return self.status != "running"
+
+    @property
+    def tokens(self) -> Optional[float]:
+        return self.score.tokens_per_s_per_gpu if self.score and self.score.rankable else None
+
+
+@dataclasses.dataclass
+class RecipeView:
+    sha: str
+    runs: list
+    is_baseline: bool = False
+
+    @property
+    def rankable(self) -> list:
+        return [run for run in self.runs if run.tokens is not None]
+
+    @property
+    def score(self) -> Optional[float]:
+        values = [run.tokens for run in self.rankable]
+        return statistics.median(values) if values else None
+
+    @property
+    def spread(self) -> Optional[float]:
+        values = [run.tokens for run in self.rankable]
+        if len(values) < 2:
+            return None
+        return (max(values) - min(values)) / statistics.median(values)
+
+    @property
+    def first(self) -> RunView:
+        """The run that introduced the recipe (earliest launch that is not a repeat or confirm)."""
+        originals = [run for run in self.runs if run.purpose in ("baseline", "candidate")] or self.runs
+        return originals[0]
+
+    @property
+    def gate(self) -> Optional[str]:
+        verdicts = {run.gate for run in self.runs if run.gate}
+        if "fail" in verdicts:
+            return "fail"
+        return "pass" if "pass" in verdicts else None
+
+    @property
+    def simulated(self) -> bool:
+        return any(run.simulated for run in self.runs)
+
+
+@dataclasses.dataclass
+class Ranking:
+    runs: list
+    recipes: dict
+    baseline: Optional[RecipeView]
+    leader: Optional[RecipeView]
+    band: float
+    band_basis: str
+    band_established: bool
+    repeats_needed: int
+    stop: Optional[dict]
+    warnings: list
+    pending: list = dataclasses.field(default_factory=list)
+
+    def run(self, run_id: str) -> Optional[RunView]:
+        for run in self.runs:
+            if run.run == run_id:
+                return run
+        return None
+
+    def recipe_of(self, run_id: Optional[str]) -> Optional[RecipeView]:
+        run = self.run(run_id) if run_id else None
+        return self.recipes.get(run.recipe) if run else None
+
+    @property
+    def in_flight(self) -> list:
+        return [run for run in self.runs if not run.finalized]
+
+    def relative(self, value: Optional[float], reference: Optional[RecipeView]) -> Optional[float]:
+        ref = reference.score if reference else None
+        if value is None or not ref:
+            return None
+        return (value - ref) / ref
+
+    def lineage(self, recipe: Optional[RecipeView]) -> list:
+        """The recipes from the baseline to ``recipe`` through each first run's parent."""
+        chain = []
+        seen = set()
+        while recipe is not None and recipe.sha not in seen:
+            seen.add(recipe.sha)
+            chain.append(recipe)
+            if recipe.is_baseline:
+                break
+            recipe = self.recipe_of(recipe.first.parent)
+        return list(reversed(chain))
+
+    def run_status(self, run: RunView) -> str:
+        """One phrase for the leaderboard's status column."""
+        if not run.finalized:
+            return "running"
+        if run.status != "finished":
+            return run.score.why if run.score else "run %s" % run.status
+        if run.score is None or not run.score.rankable:
+            return "not rankable: %s" % (run.score.why if run.score else "no score")
+        recipe = self.recipes[run.recipe]
+        if recipe is self.leader:
+            return "leader" if not recipe.is_baseline else "baseline (leader)"
+        if recipe.is_baseline:
+            return "baseline"
+        if recipe.gate == "fail":
+            return "gate failed"
+        if not self.band_established:
+            return "scored; band not yet established"
+        lead = self.leader.score if self.leader else None
+        if lead and recipe.score > lead * (1 + self.band):
+            missing = []
+            if len(recipe.rankable) < 2:
+                missing.append("confirmation")
+            if recipe.gate is None:
+                missing.append("gate")
+            return "beats leader; needs %s" % " and ".join(missing)
+        if lead and recipe.score >= lead * (1 - self.band):
+            return "within band of leader"
+        return "slower than leader"
+
+
+def _content_key(row: dict):
+    """Order rows by time, then content: never by their position in the file."""
+    payload = {key: value for key, value in row.items() if key not in ENVELOPE or key == "ts"}
+    return (row["ts"], json.dumps(payload, sort_keys=True))
+
+
+def _sort_key(run: RunView):
+    return (run.launch_ts, run.run)
+
+
+def build(rows, window=(5, 19), noise_floor=0.01, baseline_repeats=3) -> Ranking:
+    """Rank the campaign described by ``rows`` (ledger rows, in any order)."""
+    warnings = []
+    launches = {}
+    for row in rows:
+        if row.get("kind") != "launch":
+            continue
+        run_id = row["run"]
+        if run_id in launches:
+            warnings.append("run %s is launched more than once; the earliest launch is used" % run_id)
+            if _content_key(row) >= _content_key(launches[run_id]):
+                continue
+        launches[run_id] = row
+    runs = {}
+    for run_id, row in launches.items():
+        runs[run_id] = RunView(
+            run=run_id, purpose=row["purpose"], recipe=row["recipe_sha256"], launch_ts=row["ts"],
+            gpus=row["gpus"], backend=row["backend"], parent=row.get("parent"), change=row.get("change"),
+            hypothesis=row.get("hypothesis", ""), lever=row.get("lever", ""),
+            simulated=bool(row.get("simulated", False)), expected_gpu_hours=row.get("expected_gpu_hours"),
+            recipe_path=row.get("recipe_path", ""))
+    results = {}
+    gates = {}
+    stop = None
+    for row in rows:
+        kind = row.get("kind")
+        if kind == "result":
+            previous = results.get(row["run"])
+            if previous is not None:
+                warnings.append("run %s has more than one result; the latest is used" % row["run"])
+                if _content_key(row) <= _content_key(previous):
+                    continue
+            results[row["run"]] = row
+        elif kind == "gate":
+            gates.setdefault(row["run"], []).append(row)
+        elif kind == "stop":
+            if stop is None or _content_key(row) > _content_key(stop):
+                stop = row
+    for run_id, row in results.items():
+        run = runs.get(run_id)
+        if run is None:
+            warnings.append("result for run %s, which has no launch row; ignored" % run_id)
+            continue
+        run.status = row["status"]
+        run.failure = row.get("failure")
+        run.result_ts = row["ts"]
+        run.simulated = run.simulated or bool(row.get("simulated", False))
+        run.score = score_run(row["status"], row.get("metrics"), window, row.get("failure"))
+    for run_id, gate_rows in gates.items():
+        run = runs.get(run_id)
+        if run is None:
+            warnings.append("gate for run %s, which has no launch row; ignored" % run_id)
+            continue
+        verdicts = {row["verdict"] for row in gate_rows}
+        run.gate = "fail" if "fail" in verdicts else "pass"
+        run.gate_reasons = tuple(sorted({reason for row in gate_rows for reason in row.get("reasons", [])}))
+
+    ordered = sorted(runs.values(), key=_sort_key)
+    recipes = {}
+    for run in ordered:
+        recipes.setdefault(run.recipe, RecipeView(run.recipe, [])).runs.append(run)
+    baseline_shas = sorted({run.recipe for run in ordered if run.purpose == "baseline"})
+    baseline = None
+    if len(baseline_shas) > 1:
+        warnings.append("baseline runs have %d different recipes; the earliest is the baseline" % len(baseline_shas))
+    if baseline_shas:
+        first = min((run for run in ordered if run.purpose == "baseline"), key=_sort_key)
+        baseline = recipes[first.recipe]
+        baseline.is_baseline = True
+
+    band, basis = noise_floor, "floor %.2f%%" % (noise_floor * 100)
+    for recipe in sorted(recipes.values(), key=lambda r: r.sha):
+        spread = recipe.spread
+        if spread is not None and spread > band:
+            band = spread
+            basis = "%d runs of %s (%s)" % (len(recipe.rankable), recipe.first.run,
+                                            "baseline" if recipe.is_baseline else "candidate")
+    have = len(baseline.rankable) if baseline else 0
+    established = baseline is not None and have >= baseline_repeats
+    leader = baseline if baseline is not None and baseline.score is not None else None
+    if established and leader is not None:
+        eligible = [r for r in recipes.values()
+                    if not r.is_baseline and r.gate == "pass" and len(r.rankable) >= 2]
+        for recipe in sorted(eligible, key=lambda r: (r.score, r.first.launch_ts, r.sha)):
+            if recipe.score > leader.score * (1 + band):
+                leader = recipe
+    ranking = Ranking(runs=ordered, recipes=recipes, baseline=baseline, leader=leader, band=band,
+                      band_basis=basis, band_established=established,
+                      repeats_needed=max(0, baseline_repeats - have), stop=stop, warnings=warnings)
+    ranking.pending = _pending(ranking)
+    return ranking
+
+
+def _pending(ranking: Ranking) -> list:
+    """What the campaign needs next, as short imperative lines (for ``attune status``)."""
+    todo = []
+    for run in ranking.in_flight:
+        todo.append("finalize run %s (launched %s)" % (run.run, run.launch_ts))
+    if ranking.baseline is None:
+        todo.append("launch the baseline")
+        return todo
+    if ranking.repeats_needed:
+        todo.append("repeat the baseline: %d more rankable run(s) needed for the noise band" % ranking.repeats_needed)
+    lead = ranking.leader.score if ranking.leader else None
+    if not ranking.band_established or not lead:
+        return todo
+    for recipe in sorted(ranking.recipes.values(), key=lambda r: (r.first.launch_ts, r.sha)):
+        if recipe.is_baseline or recipe is ranking.leader or recipe.gate == "fail" or recipe.score is None:
+            continue
+        if recipe.score <= lead * (1 + ranking.band):
+            continue
+        first = recipe.first.run
+        busy = any(not run.finalized for run in recipe.runs)
+        if len(recipe.rankable) < 2 and not busy:
+            todo.append("confirm %s: it beats the leader by %+.2f%%; relaunch the same recipe with purpose confirm"
+                        % (first, (recipe.score / lead - 1) * 100))
+        if recipe.gate is None:
+            todo.append("gate %s: a candidate needs a passing correctness gate to lead" % first)
+    return todo

@@ -1,0 +1,390 @@
+"""Campaign settings: one typed, frozen object, read from the environment and a config file.
+
+``SPECS`` is the single source of truth: each entry's help text is what ``config.example.env``
+says (``attune settings --example`` prints it, and a test checks the checked-in file against it).
+
+Precedence: values from ``--config FILE`` first, then the environment, which wins. Once a campaign
+has started, its frozen copy ``<campaign>/.attune/settings.env`` is the only source: the campaign
+keeps the settings it started with.
+
+Every problem is one line that names the variable, the bad value, the rule and the fix; all the
+problems are reported at once.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import hashlib
+import os
+import re
+import shlex
+from pathlib import Path
+from typing import Mapping, Optional
+
+from .errors import SettingsError
+
+PREFIXES = ("ATTUNE_", "AUTOTUNE_")
+# Variables with these prefixes that are not settings (they select where a command works).
+NOT_SETTINGS = ("ATTUNE_CAMPAIGN_DIR", "ATTUNE_CORPUS_DIR")
+TRAIN_ITERS = 20  # the fixed-shape workload: 20 iterations (measurement.md §2)
+
+_PREFIX_RE = re.compile(r"^[a-z][a-z0-9-]{0,30}-$")
+_DNS_LABEL_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
+_SHA_RE = re.compile(r"^[0-9a-f]{64}$")
+_TRUE = ("1", "true", "yes", "on")
+_FALSE = ("0", "false", "no", "off")
+
+
+@dataclasses.dataclass(frozen=True)
+class Spec:
+    env: str
+    field: str
+    kind: str  # str, path, int, float, bool, enum
+    default: Optional[str]
+    help: str
+    example: str = ""
+    choices: tuple = ()
+    group: str = "campaign"
+
+
+SPECS = (
+    Spec("ATTUNE_RUN_PREFIX", "run_prefix", "str", None,
+         "prefix of every run and RayJob name of this campaign: <user>-<tag>-, lowercase, ends with '-'",
+         "alice-llama70b-"),
+    Spec("ATTUNE_BASELINE_YAML", "baseline_yaml", "path", None,
+         "the working, untuned baseline recipe: a RayJob YAML running Megatron-LM or slime",
+         "/path/to/baseline_rayjob.yaml"),
+    Spec("ATTUNE_BACKEND", "backend", "enum", "kuberay",
+         "where runs execute: kuberay (RayJobs on Kubernetes) or local (processes on this host)",
+         "kuberay", choices=("kuberay", "local")),
+    Spec("ATTUNE_KUBE_CONTEXT", "kube_context", "str", "",
+         "kubectl context of the cluster (kuberay: required)", "my-cluster", group="cluster"),
+    Spec("ATTUNE_NAMESPACE", "namespace", "str", "",
+         "namespace the campaign's RayJobs run in (kuberay: required)", "ml-tuning", group="cluster"),
+    Spec("ATTUNE_IMAGE", "image", "str", "",
+         "container image of the training job (kuberay: required)", "registry.example.com/megatron:25.04",
+         group="cluster"),
+    Spec("ATTUNE_SHARED_DIR", "shared_dir", "str", "",
+         "shared volume path where run pods write logs and traces (kuberay: required)", "/mnt/shared/attune",
+         group="cluster"),
+    Spec("AUTOTUNE_LOG_POD", "log_pod", "str", "",
+         "pod that mounts the shared volume read-only to read run logs (kuberay: required)", "attune-log-reader",
+         group="cluster"),
+    Spec("AUTOTUNE_GPUH_BUDGET", "gpuh_budget", "float", "",
+         "budget in GPU-hours; set exactly one of this and AUTOTUNE_BUDGET", "200", group="budget"),
+    Spec("AUTOTUNE_BUDGET", "run_budget", "int", "",
+         "budget in ranked runs (every finalized run counts); set exactly one of this and AUTOTUNE_GPUH_BUDGET",
+         "", group="budget"),
+    Spec("ATTUNE_GPU_HOUR_USD", "gpu_hour_usd", "float", "",
+         "price of one GPU-hour in USD, for cost and payback in RESULTS.md and REPORT.md (empty: no cost)",
+         "2.50", group="budget"),
+    Spec("ATTUNE_AGENT", "agent", "enum", "claude",
+         "who runs the loop: claude (Claude Code) or planner (the deterministic planner)", "claude",
+         choices=("claude", "planner"), group="agent"),
+    Spec("ATTUNE_CLAUDE_MODEL", "claude_model", "str", "",
+         "model for Claude Code (empty: Claude Code's default)", "", group="agent"),
+    Spec("AUTOTUNE_ALLOW_WEB", "allow_web", "bool", "1",
+         "let the agent use web search and fetch (0 for evaluation campaigns)", "1", group="agent"),
+    Spec("ATTUNE_ROWS_PATH", "rows_path", "str", "",
+         "the fixed-length training rows (Parquet) every run trains on, as the run pods see it", "", group="data"),
+    Spec("ATTUNE_ROWS_SHA256", "rows_sha256", "str", "",
+         "rows_sha256 of those rows (attune rows sha); checked at every launch and before shipping", "",
+         group="data"),
+    Spec("ATTUNE_SCORE_FIRST_STEP", "score_first_step", "int", "5",
+         "first iteration of the scoring window (iterations are numbered 1..20 as Megatron prints them)", "5",
+         group="measurement"),
+    Spec("ATTUNE_SCORE_LAST_STEP", "score_last_step", "int", "19",
+         "last iteration of the scoring window, inclusive", "19", group="measurement"),
+    Spec("ATTUNE_NOISE_FLOOR", "noise_floor", "float", "0.01",
+         "smallest noise band, as a fraction (0.01 = 1%)", "0.01", group="measurement"),
+    Spec("ATTUNE_BASELINE_REPEATS", "baseline_repeats", "int", "3",
+         "baseline runs needed before any candidate can lead (at least 2)", "3", group="measurement"),
+)
+SPEC_BY_ENV = {spec.env: spec for spec in SPECS}
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    run_prefix: str
+    baseline_yaml: str
+    backend: str
+    kube_context: str
+    namespace: str
+    image: str
+    shared_dir: str
+    log_pod: str
+    gpuh_budget: Optional[float]
+    run_budget: Optional[int]
+    allow_web: bool
+    rows_path: str
+    rows_sha256: str
+    agent: str
+    claude_model: str
+    gpu_hour_usd: Optional[float]
+    score_first_step: int
+    score_last_step: int
+    noise_floor: float
+    baseline_repeats: int
+
+    @property
+    def budget_kind(self) -> str:
+        """``gpu_hours`` or ``runs``: which budget the campaign spends."""
+        return "gpu_hours" if self.gpuh_budget is not None else "runs"
+
+    @property
+    def budget_limit(self) -> float:
+        return self.gpuh_budget if self.gpuh_budget is not None else float(self.run_budget)
+
+    @property
+    def window(self) -> tuple:
+        return (self.score_first_step, self.score_last_step)
+
+    def as_env(self) -> dict:
+        """The settings as ``{ENV_NAME: text}``, the inverse of ``load``."""
+        out = {}
+        for spec in SPECS:
+            value = getattr(self, spec.field)
+            if value is None:
+                text = ""
+            elif spec.kind == "bool":
+                text = "1" if value else "0"
+            elif spec.kind == "float":
+                text = repr(float(value))
+            else:
+                text = str(value)
+            out[spec.env] = text
+        return out
+
+    def render_env(self) -> str:
+        """Canonical ``KEY=value`` text, one setting a line (the frozen campaign copy)."""
+        return "".join("%s=%s\n" % (key, shlex.quote(val) if val else "") for key, val in self.as_env().items())
+
+    def sha256(self) -> str:
+        return hashlib.sha256(self.render_env().encode("utf-8")).hexdigest()
+
+    def check_files(self) -> None:
+        """Check the paths that must exist on this host (the launcher does this before starting)."""
+        problems = []
+        if not Path(self.baseline_yaml).is_file():
+            problems.append("ATTUNE_BASELINE_YAML=%s: no such file. Fix: point it at the baseline RayJob YAML."
+                            % self.baseline_yaml)
+        if problems:
+            raise SettingsError(problems)
+
+
+def parse_env_file(path) -> dict:
+    """Read ``KEY=value`` lines (optional ``export``, shell quoting, ``#`` comments)."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise SettingsError(["%s: cannot read the settings file (%s). Fix: give an existing config.env."
+                             % (path, exc.strerror)])
+    values = {}
+    problems = []
+    for number, raw in enumerate(text.splitlines(), 1):
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        if line.startswith("export "):
+            line = line[len("export "):].strip()
+        key, sep, rest = line.partition("=")
+        key = key.strip()
+        if not sep or not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", key):
+            problems.append("%s:%d: %r is not KEY=value. Fix: write one setting per line as KEY=value."
+                            % (path, number, raw))
+            continue
+        try:
+            parts = shlex.split(rest, comments=True)
+        except ValueError as exc:
+            problems.append("%s:%d: %s: %s. Fix: balance the quotes." % (path, number, key, exc))
+            continue
+        if len(parts) > 1:
+            problems.append("%s:%d: %s has several words; quote the value. Fix: %s=%s"
+                            % (path, number, key, key, shlex.quote(" ".join(parts))))
+            continue
+        values[key] = parts[0] if parts else ""
+    if problems:
+        raise SettingsError(problems)
+    return values
+
+
+def _unknown_problems(values: Mapping[str, str], where: str) -> list:
+    problems = []
+    for key in sorted(values):
+        if not key.startswith(PREFIXES) or key in SPEC_BY_ENV or key in NOT_SETTINGS:
+            continue
+        close = difflib.get_close_matches(key, list(SPEC_BY_ENV), n=1)
+        hint = "did you mean %s?" % close[0] if close else "see config.example.env for the settings"
+        problems.append("%s: unknown setting in %s. Fix: remove it or rename it (%s)" % (key, where, hint))
+    return problems
+
+
+def _convert(spec: Spec, text: str, problems: list):
+    """Convert one value; append a problem line and return None when it is bad."""
+    def bad(rule, fix):
+        problems.append("%s=%r: %s. Fix: %s." % (spec.env, text, rule, fix))
+        return None
+
+    if spec.kind in ("int", "float") and text == "":
+        return None
+    if spec.kind == "int":
+        try:
+            return int(text)
+        except ValueError:
+            return bad("not an integer", "give a whole number, e.g. %s=%s" % (spec.env, spec.example or 3))
+    if spec.kind == "float":
+        try:
+            value = float(text)
+        except ValueError:
+            return bad("not a number", "give a number, e.g. %s=%s" % (spec.env, spec.example or 1))
+        if value != value or value in (float("inf"), float("-inf")):
+            return bad("not a finite number", "give a finite number")
+        return value
+    if spec.kind == "bool":
+        lowered = text.strip().lower()
+        if lowered in _TRUE:
+            return True
+        if lowered in _FALSE:
+            return False
+        return bad("not a boolean", "use 1 or 0")
+    if spec.kind == "enum":
+        if text not in spec.choices:
+            return bad("must be one of %s" % ", ".join(spec.choices), "set %s=%s" % (spec.env, spec.choices[0]))
+        return text
+    return text
+
+
+def load(env: Mapping[str, str] = None, config_file=None) -> Settings:
+    """Build and validate the settings; raise ``SettingsError`` listing every problem."""
+    env = os.environ if env is None else env
+    merged = {}
+    problems = []
+    if config_file is not None:
+        file_values = parse_env_file(config_file)
+        problems += _unknown_problems(file_values, str(config_file))
+        merged.update(file_values)
+    problems += _unknown_problems(env, "the environment")
+    merged.update({key: value for key, value in env.items() if key in SPEC_BY_ENV and value != ""})
+
+    values = {}
+    for spec in SPECS:
+        text = merged.get(spec.env)
+        if text is None or text == "":
+            text = spec.default
+        if text is None:
+            problems.append("%s: missing. Fix: set it (%s), e.g. %s=%s"
+                            % (spec.env, spec.help, spec.env, spec.example))
+            values[spec.field] = None
+            continue
+        values[spec.field] = _convert(spec, text, problems)
+    problems += _cross_checks(values)
+    if problems:
+        raise SettingsError(problems)
+    return Settings(**values)
+
+
+def _cross_checks(v: dict) -> list:
+    problems = []
+    prefix = v.get("run_prefix")
+    if prefix is not None and not _PREFIX_RE.match(prefix):
+        problems.append(
+            "ATTUNE_RUN_PREFIX=%r: must be lowercase letters, digits and '-', start with a letter, end with '-' "
+            "and be at most 32 characters (it starts Kubernetes object names). Fix: e.g. ATTUNE_RUN_PREFIX=alice-llama70b-"
+            % prefix)
+    if v.get("backend") == "kuberay":
+        for env_name, field in (("ATTUNE_KUBE_CONTEXT", "kube_context"), ("ATTUNE_NAMESPACE", "namespace"),
+                                ("ATTUNE_IMAGE", "image"), ("ATTUNE_SHARED_DIR", "shared_dir"),
+                                ("AUTOTUNE_LOG_POD", "log_pod")):
+            if not v.get(field):
+                spec = SPEC_BY_ENV[env_name]
+                problems.append("%s: missing; ATTUNE_BACKEND=kuberay needs it. Fix: set %s=<%s>, or ATTUNE_BACKEND=local"
+                                % (env_name, env_name, spec.help.split(" (")[0]))
+    namespace = v.get("namespace")
+    if namespace and not _DNS_LABEL_RE.match(namespace):
+        problems.append("ATTUNE_NAMESPACE=%r: not a valid Kubernetes namespace (lowercase DNS label, at most 63 "
+                        "characters). Fix: give the namespace exactly as `kubectl get ns` prints it" % namespace)
+    gpuh, runs = v.get("gpuh_budget"), v.get("run_budget")
+    if gpuh is None and runs is None:
+        problems.append("AUTOTUNE_GPUH_BUDGET and AUTOTUNE_BUDGET: neither is set. Fix: set exactly one, "
+                        "e.g. AUTOTUNE_GPUH_BUDGET=200 (GPU-hours) or AUTOTUNE_BUDGET=40 (ranked runs)")
+    elif gpuh is not None and runs is not None:
+        problems.append("AUTOTUNE_GPUH_BUDGET=%r and AUTOTUNE_BUDGET=%r: both are set. Fix: keep exactly one of them"
+                        % (gpuh, runs))
+    if gpuh is not None and gpuh <= 0:
+        problems.append("AUTOTUNE_GPUH_BUDGET=%r: must be greater than 0. Fix: give the GPU-hours the campaign may spend"
+                        % gpuh)
+    if runs is not None and runs <= 0:
+        problems.append("AUTOTUNE_BUDGET=%r: must be greater than 0. Fix: give the number of runs the campaign may rank"
+                        % runs)
+    price = v.get("gpu_hour_usd")
+    if price is not None and price < 0:
+        problems.append("ATTUNE_GPU_HOUR_USD=%r: must not be negative. Fix: give the price of one GPU-hour" % price)
+    if bool(v.get("rows_path")) != bool(v.get("rows_sha256")):
+        problems.append("ATTUNE_ROWS_PATH and ATTUNE_ROWS_SHA256: set both or neither. Fix: set ATTUNE_ROWS_SHA256 "
+                        "to what `attune rows sha` prints for ATTUNE_ROWS_PATH")
+    sha = v.get("rows_sha256")
+    if sha and not _SHA_RE.match(sha):
+        problems.append("ATTUNE_ROWS_SHA256=%r: not 64 lowercase hex digits. Fix: copy it from `attune rows sha`" % sha)
+    first, last = v.get("score_first_step"), v.get("score_last_step")
+    if first is not None and last is not None:
+        if not (2 <= first <= last <= TRAIN_ITERS) or last - first + 1 < 3:
+            problems.append(
+                "ATTUNE_SCORE_FIRST_STEP=%r and ATTUNE_SCORE_LAST_STEP=%r: the window must lie in iterations 2..%d "
+                "(iteration 1 includes warm-up) and span at least 3 iterations. Fix: use the defaults 5 and 19"
+                % (first, last, TRAIN_ITERS))
+    floor = v.get("noise_floor")
+    if floor is not None and not (0 < floor < 0.5):
+        problems.append("ATTUNE_NOISE_FLOOR=%r: must be a fraction between 0 and 0.5. Fix: e.g. 0.01 for 1%%" % floor)
+    repeats = v.get("baseline_repeats")
+    if repeats is not None and repeats < 2:
+        problems.append("ATTUNE_BASELINE_REPEATS=%r: at least 2 baseline runs are needed to measure noise. "
+                        "Fix: set 3 (the default)" % repeats)
+    return problems
+
+
+def render_example() -> str:
+    """The text of ``config.example.env``: every setting, one line each with a short comment."""
+    lines = [
+        "# ATTUNE settings. Copy to config.env, fill in, then: set -a; . ./config.env; set +a",
+        "# Generated from skill/scripts/attune_core/settings.py (attune settings --example); a test keeps them equal.",
+    ]
+    group = None
+    for spec in SPECS:
+        if spec.group != group:
+            group = spec.group
+            lines.append("")
+            lines.append("# --- %s" % group)
+        required = " (required)" if spec.default is None else ""
+        value = spec.example if spec.default is None else (spec.default if spec.default != "" else spec.example)
+        lines.append("%s=%s  # %s%s" % (spec.env, value, spec.help, required))
+    return "\n".join(lines) + "\n"
+
+
+def frozen_path(campaign_dir) -> Path:
+    return Path(campaign_dir) / ".attune" / "settings.env"
+
+
+def freeze(settings: Settings, campaign_dir) -> Path:
+    """Write the campaign's frozen copy; refuse to overwrite a different one."""
+    path = frozen_path(campaign_dir)
+    text = settings.render_env()
+    if path.exists():
+        if path.read_text(encoding="utf-8") != text:
+            raise SettingsError(["%s: the campaign already has different frozen settings. Fix: resume with the "
+                                 "settings it started with, or start a new campaign directory" % path])
+        return path
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+    return path
+
+
+def for_campaign(campaign_dir, env: Mapping[str, str] = None, config_file=None) -> Settings:
+    """The campaign's frozen settings when it has them, else the environment (and config file)."""
+    path = frozen_path(campaign_dir)
+    if path.exists():
+        return load(parse_env_file(path))
+    return load(env, config_file)

@@ -1,0 +1,114 @@
+"""``attune status``: one screen that re-orients an agent after a context reset or a crash."""
+
+from __future__ import annotations
+
+from .ranking import RecipeView
+from .snapshot import Snapshot
+
+LAST_RESULTS = 5
+
+
+def _recipe(snapshot: Snapshot, recipe: RecipeView) -> dict:
+    if recipe is None:
+        return None
+    ranking = snapshot.ranking
+    return {
+        "run": recipe.first.run,
+        "recipe_sha256": recipe.sha,
+        "tokens_per_s_per_gpu": recipe.score,
+        "vs_baseline": ranking.relative(recipe.score, ranking.baseline),
+        "rankable_runs": len(recipe.rankable),
+        "gate": recipe.gate,
+        "simulated": recipe.simulated,
+    }
+
+
+def collect(snapshot: Snapshot) -> dict:
+    """Everything ``status`` shows, as plain data (the ``--json`` output)."""
+    ranking = snapshot.ranking
+    results = [row for row in snapshot.ledger_rows if row["kind"] == "result"][-LAST_RESULTS:]
+    last = []
+    for row in results:
+        run = ranking.run(row["run"])
+        if run is None:
+            continue
+        last.append({"run": run.run, "status": run.status, "tokens_per_s_per_gpu": run.tokens,
+                     "vs_leader": ranking.relative(run.tokens, ranking.leader),
+                     "verdict": ranking.run_status(run), "simulated": run.simulated})
+    stop = None
+    if ranking.stop:
+        later = [run.run for run in ranking.runs if run.launch_ts > ranking.stop["ts"]]
+        stop = {"ts": ranking.stop["ts"], "reason": ranking.stop["reason"], "evidence": ranking.stop["evidence"],
+                "launches_since": later}
+    return {
+        "campaign": snapshot.campaign.id,
+        "dir": str(snapshot.campaign.dir),
+        "integrity": {
+            "ledger": snapshot.ledger_report.summary(),
+            "gpu_hours": snapshot.gpu_report.summary(),
+            "violation_recorded": snapshot.violation,
+        },
+        "budget": snapshot.budget.as_dict(),
+        "baseline": dict(_recipe(snapshot, ranking.baseline) or {}, role="baseline") if ranking.baseline else None,
+        "leader": _recipe(snapshot, ranking.leader),
+        "band": {"value": ranking.band, "basis": ranking.band_basis, "established": ranking.band_established,
+                 "baseline_runs_needed": ranking.repeats_needed},
+        "in_flight": [{"run": run.run, "purpose": run.purpose, "launched": run.launch_ts,
+                       "expected_gpu_hours": run.expected_gpu_hours} for run in ranking.in_flight],
+        "last_results": last,
+        "pending": list(ranking.pending),
+        "stop": stop,
+        "warnings": list(ranking.warnings) + snapshot.ledger_report.warnings + snapshot.gpu_report.warnings,
+    }
+
+
+def _fmt_recipe(info) -> str:
+    if info is None:
+        return "none"
+    value = info["tokens_per_s_per_gpu"]
+    text = "%s %s tokens/s/GPU" % (info["run"], "%.1f" % value if value is not None else "(no rankable run)")
+    if info["vs_baseline"] is not None and info.get("role") != "baseline":
+        text += " (%+.2f%% vs baseline)" % (info["vs_baseline"] * 100)
+    text += ", %d rankable run(s)" % info["rankable_runs"]
+    if info["simulated"]:
+        text += ", SIMULATED"
+    return text
+
+
+def render(info: dict, budget_text: str) -> str:
+    """``key: value`` lines, greppable."""
+    band = info["band"]
+    lines = [
+        "campaign: %s" % info["campaign"],
+        "integrity: %s; %s%s" % (info["integrity"]["ledger"], info["integrity"]["gpu_hours"],
+                                 "; VIOLATION RECORDED (no recipe can ship)" if info["integrity"]["violation_recorded"] else ""),
+        "budget: %s" % budget_text,
+        "baseline: %s" % _fmt_recipe(info["baseline"]),
+        "leader: %s" % _fmt_recipe(info["leader"]),
+        "band: ±%.2f%% (%s)%s" % (band["value"] * 100, band["basis"],
+                                 "" if band["established"] else "; not established, %d more baseline run(s) needed"
+                                 % band["baseline_runs_needed"]),
+        "in_flight: %s" % (", ".join("%s (%s, launched %s)" % (r["run"], r["purpose"], r["launched"])
+                                     for r in info["in_flight"]) or "none"),
+    ]
+    for result in info["last_results"]:
+        value = result["tokens_per_s_per_gpu"]
+        if value is None:
+            lines.append("result: %s: %s" % (result["run"], result["verdict"]))
+            continue
+        lines.append("result: %s %.1f tokens/s/GPU%s: %s" % (
+            result["run"], value,
+            " (%+.2f%% vs leader)" % (result["vs_leader"] * 100) if result["vs_leader"] is not None else "",
+            result["verdict"]))
+    for item in info["pending"]:
+        lines.append("next: %s" % item)
+    stop = info["stop"]
+    if stop is None:
+        lines.append("stop: none recorded")
+    else:
+        lines.append("stop: recorded %s: %s (evidence: %s)%s" % (
+            stop["ts"], stop["reason"], ", ".join(stop["evidence"]),
+            "; %d launch(es) since" % len(stop["launches_since"]) if stop["launches_since"] else ""))
+    for warning in info["warnings"]:
+        lines.append("warning: %s" % warning)
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,116 @@
+"""Build campaign records for tests and benchmarks through the real library (no hand-written rows).
+
+Every number these helpers produce is SYNTHETIC test data: chosen to exercise ranking, not
+measured on any hardware.
+"""
+
+from __future__ import annotations
+
+import datetime
+import hashlib
+import random
+from pathlib import Path
+
+from attune_core import campaign as campaign_mod
+from attune_core import settings as settings_mod
+from attune_core.measure import encode_float
+
+BASE_ENV = {
+    "ATTUNE_RUN_PREFIX": "test-fixture-",
+    "ATTUNE_BASELINE_YAML": "baseline.yaml",
+    "ATTUNE_BACKEND": "local",
+    "AUTOTUNE_GPUH_BUDGET": "40",
+    "ATTUNE_GPU_HOUR_USD": "2.50",
+}
+
+
+def settings(**overrides):
+    env = dict(BASE_ENV)
+    env.update(overrides)
+    return settings_mod.load(env)
+
+
+def iterations(step_ms, n=20, loss0=10.5, nan_at=None, skipped_at=None, drop=()):
+    """Per-iteration records; ``step_ms`` is one number or a list of ``n`` numbers."""
+    steps = step_ms if isinstance(step_ms, list) else [step_ms] * n
+    out = []
+    for index in range(1, n + 1):
+        if index in drop:
+            continue
+        loss = loss0 - 0.12 * index
+        out.append({"iter": index, "step_ms": float(steps[index - 1]),
+                    "loss": encode_float(float("nan")) if index == nan_at else round(loss, 6),
+                    "skipped": 1 if index == skipped_at else 0, "nan": 0})
+    return out
+
+
+def metrics(step_ms, gbs=128, seq=4096, gpus=8, **kwargs):
+    return {"global_batch_size": gbs, "seq_length": seq, "gpus": gpus, "iterations": iterations(step_ms, **kwargs)}
+
+
+def recipe_sha(name: str) -> str:
+    return hashlib.sha256(name.encode()).hexdigest()
+
+
+class Clock(object):
+    """Deterministic timestamps: one minute apart from a fixed start."""
+
+    def __init__(self, start="2026-11-02T09:00:00"):
+        self.now = datetime.datetime.strptime(start, "%Y-%m-%dT%H:%M:%S")
+
+    def __call__(self, minutes=1):
+        self.now += datetime.timedelta(minutes=minutes)
+        return self.now.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+class Builder(object):
+    """Write a campaign through ``attune_core.campaign`` with deterministic times."""
+
+    def __init__(self, directory, settings_obj=None, campaign_id="test-fixture-20261102", clock=None):
+        self.clock = clock or Clock()
+        self.settings = settings_obj or settings()
+        self.campaign = campaign_mod.init(Path(directory), self.settings, campaign_id, ts=self.clock())
+
+    def launch(self, run, purpose, recipe, gpus=8, parent=None, change=None, hypothesis=None, lever=None,
+               expected_gpu_hours=0.25, write_recipe=True, simulated=None):
+        text = "# recipe %s\nkind: RayJob\n" % recipe
+        sha = hashlib.sha256(text.encode()).hexdigest()
+        payload = {"run": run, "purpose": purpose, "recipe_sha256": sha, "gpus": gpus, "backend": "local",
+                   "expected_gpu_hours": expected_gpu_hours}
+        if parent is not None:
+            payload["parent"] = parent
+        if change is not None:
+            payload["change"] = change
+        if hypothesis:
+            payload["hypothesis"] = hypothesis
+        if lever:
+            payload["lever"] = lever
+        if simulated is not None:
+            payload["simulated"] = simulated
+        if write_recipe:
+            directory = self.campaign.run_dir(run)
+            directory.mkdir(parents=True, exist_ok=True)
+            (directory / "recipe.yaml").write_text(text)
+        return self.campaign.append("launch", ts=self.clock(), **payload)
+
+    def result(self, run, step_ms=None, status="finished", gpus=8, seconds=600.0, failure=None, **kwargs):
+        payload = {"run": run, "status": status}
+        if step_ms is not None:
+            payload["metrics"] = metrics(step_ms, gpus=gpus, **kwargs)
+        if failure is not None:
+            payload["failure"] = failure
+        ts = self.clock(10)
+        self.campaign.charge(run, gpus, seconds, ts=ts)
+        return self.campaign.append("result", ts=ts, **payload)
+
+    def gate(self, run, verdict="pass", against="r001", reasons=None):
+        payload = {"run": run, "verdict": verdict, "against": against}
+        if reasons:
+            payload["reasons"] = reasons
+        return self.campaign.append("gate", ts=self.clock(), **payload)
+
+
+def jittered(step_ms, spread, seed):
+    """``n`` step times around ``step_ms`` within +-spread/2 (relative); deterministic."""
+    rng = random.Random(seed)
+    return [round(step_ms * (1 + rng.uniform(-spread / 2, spread / 2)), 1) for _ in range(20)]
