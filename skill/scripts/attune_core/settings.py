@@ -269,6 +269,7 @@ def load(env: Mapping[str, str] = None, config_file=None) -> Settings:
     merged.update({key: value for key, value in env.items() if key in SPEC_BY_ENV and value != ""})
 
     values = {}
+    bad = set()  # fields whose value could not be converted: no cross-field check repeats them
     for spec in SPECS:
         text = merged.get(spec.env)
         if text is None or text == "":
@@ -278,14 +279,17 @@ def load(env: Mapping[str, str] = None, config_file=None) -> Settings:
                             % (spec.env, spec.help, spec.env, spec.example))
             values[spec.field] = None
             continue
+        before = len(problems)
         values[spec.field] = _convert(spec, text, problems)
-    problems += _cross_checks(values)
+        if len(problems) > before:
+            bad.add(spec.field)
+    problems += _cross_checks(values, bad)
     if problems:
         raise SettingsError(problems)
     return Settings(**values)
 
 
-def _cross_checks(v: dict) -> list:
+def _cross_checks(v: dict, bad: set) -> list:
     problems = []
     prefix = v.get("run_prefix")
     if prefix is not None and not _PREFIX_RE.match(prefix):
@@ -306,7 +310,9 @@ def _cross_checks(v: dict) -> list:
         problems.append("ATTUNE_NAMESPACE=%r: not a valid Kubernetes namespace (lowercase DNS label, at most 63 "
                         "characters). Fix: give the namespace exactly as `kubectl get ns` prints it" % namespace)
     gpuh, runs = v.get("gpuh_budget"), v.get("run_budget")
-    if gpuh is None and runs is None:
+    if {"gpuh_budget", "run_budget"} & bad:
+        pass
+    elif gpuh is None and runs is None:
         problems.append("AUTOTUNE_GPUH_BUDGET and AUTOTUNE_BUDGET: neither is set. Fix: set exactly one, "
                         "e.g. AUTOTUNE_GPUH_BUDGET=200 (GPU-hours) or AUTOTUNE_BUDGET=40 (ranked runs)")
     elif gpuh is not None and runs is not None:

@@ -1,0 +1,28 @@
+"""Shared test setup: import paths, and every test's state kept under its own tmp_path."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+TESTS = Path(__file__).resolve().parent
+SCRIPTS = TESTS.parent
+REPO = SCRIPTS.parent.parent
+for path in (str(SCRIPTS), str(TESTS)):
+    if path not in sys.path:
+        sys.path.insert(0, path)
+
+DATA = TESTS / "data"
+
+
+@pytest.fixture(autouse=True)
+def isolated_env(tmp_path, monkeypatch):
+    """No setting leaks in from the developer's shell; the default campaign is tmp_path."""
+    for key in list(os.environ):
+        if key.startswith(("ATTUNE_", "AUTOTUNE_")) and key != "ATTUNE_CORPUS_DIR":
+            monkeypatch.delenv(key, raising=False)
+    monkeypatch.setenv("ATTUNE_CAMPAIGN_DIR", str(tmp_path / "campaign"))
+    yield

@@ -1,0 +1,202 @@
+"""The CLI as a user runs it: from a read-only copy of the tree, with documented exit codes."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import DATA, REPO, SCRIPTS
+from factory import Builder
+
+from attune_core import cli
+from attune_core.errors import EXIT_CODES
+
+VERBS = ["init", "settings", "verify", "rank", "status", "budget", "stop", "note", "report"]
+
+
+@pytest.fixture(scope="module")
+def readonly_tree(tmp_path_factory):
+    """A read-only copy of skill/ with no install of the project, as a campaign runs it."""
+    root = tmp_path_factory.mktemp("ro") / "skill"
+    shutil.copytree(REPO / "skill", root, ignore=shutil.ignore_patterns("__pycache__", "tests"))
+    for path in [root, *root.rglob("*")]:
+        mode = path.stat().st_mode
+        path.chmod(mode & ~(stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH))
+    yield root
+    for path in [root, *root.rglob("*")]:
+        path.chmod(path.stat().st_mode | stat.S_IWUSR)
+
+
+def run(tree, *args, env=None, cwd=None):
+    full_env = {"PATH": os.environ["PATH"], "PYTHONDONTWRITEBYTECODE": "1"}
+    full_env.update(env or {})
+    return subprocess.run([sys.executable, "-S" if False else "-B", str(tree / "scripts" / "attune.py"), *args],
+                          capture_output=True, text=True, env=full_env, cwd=cwd or tree.parent)
+
+
+def fixture_copy(tmp_path):
+    target = tmp_path / "campaign"
+    shutil.copytree(DATA / "campaign_basic", target)
+    return target
+
+
+def test_exit_codes_and_verbs_are_pinned():
+    assert EXIT_CODES == {"ok": 0, "check_failed": 1, "usage": 2, "integrity": 3}
+    assert sorted(cli.VERBS) == sorted(VERBS)
+
+
+def test_status_from_a_readonly_copy(readonly_tree, tmp_path):
+    campaign = fixture_copy(tmp_path)
+    proc = run(readonly_tree, "status", "--campaign", str(campaign))
+    assert proc.returncode == 0, proc.stderr
+    lines = dict(line.split(": ", 1) for line in proc.stdout.splitlines() if ": " in line)
+    assert lines["leader"].startswith("r004 20482.9 tokens/s/GPU (+6.26% vs baseline)")
+    assert lines["in_flight"].startswith("r010")
+    assert "next: confirm r009" in proc.stdout
+    proc = run(readonly_tree, "status", "--json", env={"ATTUNE_CAMPAIGN_DIR": str(campaign)})
+    info = json.loads(proc.stdout)
+    assert info["leader"]["run"] == "r004" and info["band"]["established"] is True
+    assert info["budget"]["spent"] == 12.0 and info["stop"] is None
+    assert not list(readonly_tree.rglob("__pycache__"))
+
+
+def test_campaign_defaults_to_current_directory(readonly_tree, tmp_path):
+    campaign = fixture_copy(tmp_path)
+    proc = run(readonly_tree, "budget", "--json", cwd=campaign)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["left"] == 27.75
+
+
+def test_bad_settings_give_one_line_and_exit_2(readonly_tree, tmp_path):
+    env = {"ATTUNE_RUN_PREFIX": "me-x-", "ATTUNE_BASELINE_YAML": "b.yaml", "ATTUNE_BACKEND": "kuberay",
+           "ATTUNE_KUBE_CONTEXT": "c", "ATTUNE_IMAGE": "i", "ATTUNE_SHARED_DIR": "/s", "AUTOTUNE_LOG_POD": "p",
+           "AUTOTUNE_GPUH_BUDGET": "10"}
+    cases = [
+        ({}, "ATTUNE_NAMESPACE: missing"),
+        ({"ATTUNE_NAMESPACE": "ns", "AUTOTUNE_GPUH_BUDGET": "-3"}, "AUTOTUNE_GPUH_BUDGET=-3.0: must be greater than 0"),
+        ({"ATTUNE_NAMESPACE": "ns", "AUTOTUNE_BUDGET": "4"}, "both are set"),
+        ({"ATTUNE_NAMESPACE": "ns", "AUTOTUNE_GPUH_BUDGET": ""}, "neither is set"),
+        ({"ATTUNE_NAMESPACE": "ns", "ATTUNE_RUN_PREFIX": "Me_X"}, "ATTUNE_RUN_PREFIX='Me_X'"),
+    ]
+    for extra, needle in cases:
+        proc = run(readonly_tree, "init", "--campaign", str(tmp_path / "new"), env=dict(env, **extra))
+        assert proc.returncode == 2, (extra, proc.stderr)
+        assert proc.stdout == ""
+        lines = proc.stderr.strip().splitlines()
+        assert len(lines) == 1 and needle in lines[0] and "Fix:" in lines[0], lines
+        assert not (tmp_path / "new" / "ledger.jsonl").exists()
+
+
+def test_init_then_note_then_verify(readonly_tree, tmp_path):
+    env = {"ATTUNE_RUN_PREFIX": "me-x-", "ATTUNE_BASELINE_YAML": "b.yaml", "ATTUNE_BACKEND": "local",
+           "AUTOTUNE_BUDGET": "5"}
+    directory = tmp_path / "new"
+    proc = run(readonly_tree, "init", "--campaign", str(directory), "--json", env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["campaign"].startswith("me-x-")
+    assert run(readonly_tree, "note", "first look", "--campaign", str(directory)).returncode == 0
+    proc = run(readonly_tree, "verify", "--campaign", str(directory), "--json")
+    assert proc.returncode == 0 and json.loads(proc.stdout)["ledger"]["rows"] == 2
+    # the frozen settings win over a changed environment
+    proc = run(readonly_tree, "settings", "--campaign", str(directory), "--json", env=dict(env, AUTOTUNE_BUDGET="9"))
+    assert json.loads(proc.stdout)["AUTOTUNE_BUDGET"] == "5"
+
+
+def test_tampering_exits_3_and_blocks_rank_and_report(readonly_tree, tmp_path):
+    campaign = fixture_copy(tmp_path)
+    ledger = campaign / "ledger.jsonl"
+    ledger.write_bytes(ledger.read_bytes().replace(b'"status":"failed"', b'"status":"finished"', 1))
+    proc = run(readonly_tree, "verify", "--campaign", str(campaign))
+    assert proc.returncode == 3
+    assert "BROKEN at line" in proc.stderr and "ledger.jsonl" in proc.stderr
+    for verb in ("rank", "status", "report"):
+        proc = run(readonly_tree, verb, "--campaign", str(campaign))
+        assert proc.returncode == 3, verb
+    assert not (campaign / "RESULTS.md").exists() and not (campaign / "recipe.yaml").exists()
+
+
+def test_missing_ledger_is_a_usage_error(readonly_tree, tmp_path):
+    proc = run(readonly_tree, "status", "--campaign", str(tmp_path))
+    assert proc.returncode == 2 and "has no ledger" in proc.stderr
+
+
+def test_usage_errors_exit_2(readonly_tree):
+    assert run(readonly_tree, "nonsense").returncode == 2
+    assert run(readonly_tree, "stop").returncode == 2
+    assert run(readonly_tree, "--help").returncode == 0
+
+
+def test_stop_checks_its_evidence(tmp_path):
+    campaign = fixture_copy(tmp_path)
+    assert cli.main(["stop", "--campaign", str(campaign), "--reason", "x", "--evidence", "r999"]) == 2
+    # r010 is still in flight
+    assert cli.main(["stop", "--campaign", str(campaign), "--reason", "x", "--evidence", "r008"]) == 1
+    b = Builder.__new__(Builder)
+    from attune_core.campaign import Campaign
+    c = Campaign(campaign)
+    c.append("result", run="r010", status="failed", failure={"class": "oom"})
+    assert cli.main(["stop", "--campaign", str(campaign), "--reason", "nothing left clears ±1%",
+                     "--evidence", "r008", "r009", "r010"]) == 0
+    stops = [row for row in c.ledger.rows() if row["kind"] == "stop"]
+    assert stops[0]["evidence"] == ["r008", "r009", "r010"]
+    del b
+
+
+def test_budget_need_refuses_over_budget(tmp_path, capsys):
+    campaign = fixture_copy(tmp_path)
+    assert cli.main(["budget", "--campaign", str(campaign), "--need", "27.75"]) == 0
+    assert cli.main(["budget", "--campaign", str(campaign), "--need", "27.8"]) == 1
+    assert "launch refused" in capsys.readouterr().err
+
+
+def test_report_ships_the_gated_leader(tmp_path):
+    campaign = fixture_copy(tmp_path)
+    assert cli.main(["report", "--campaign", str(campaign)]) == 0
+    shipped = (campaign / "recipe.yaml").read_bytes()
+    assert shipped == (campaign / "runs" / "r004" / "recipe.yaml").read_bytes()
+    text = (campaign / "REPORT.md").read_text()
+    assert "**Shipped**" in text and "+6.26% (clears the noise band of ±1.00%" in text
+    assert "### r004: set --overlap-grad-reduce; set --overlap-param-gather" in text
+    assert "| r006 | micro-batch-size |" in text
+    assert "24.0 hours of training on the shipped recipe's 8 GPUs" in text
+
+
+@pytest.mark.parametrize("damage, reason", [
+    ("violation", "integrity_violation"),
+    ("recipe", "recipe_file"),
+])
+def test_report_refuses_to_ship(tmp_path, damage, reason):
+    campaign = fixture_copy(tmp_path)
+    assert cli.main(["report", "--campaign", str(campaign)]) == 0
+    if damage == "violation":
+        (campaign / ".attune" / "integrity_violation.json").write_text("{}")
+    else:
+        (campaign / "runs" / "r004" / "recipe.yaml").write_text("edited after the run\n")
+    assert cli.main(["report", "--campaign", str(campaign)]) == 1
+    assert not (campaign / "recipe.yaml").exists()
+    assert (campaign / "recipe.yaml.withdrawn").exists()
+    text = (campaign / "REPORT.md").read_text()
+    assert "**Not shipped**" in text and "FAIL %s" % reason in text
+
+
+def test_installed_console_script_entry_point_is_the_cli():
+    text = (REPO / "pyproject.toml").read_text()
+    assert 'attune = "attune_core.cli:main"' in text
+    assert (SCRIPTS / "attune_core" / "cli.py").exists()
+
+
+def test_a_failed_gate_demotes_the_leader_and_the_baseline_ships(tmp_path):
+    from attune_core.campaign import Campaign
+    campaign = fixture_copy(tmp_path)
+    Campaign(campaign).append("gate", run="r005", verdict="fail", against="r001", reasons=["loss off"])
+    assert cli.main(["report", "--campaign", str(campaign)]) == 0
+    assert (campaign / "recipe.yaml").read_bytes() == (campaign / "runs" / "r001" / "recipe.yaml").read_bytes()
+    text = (campaign / "REPORT.md").read_text()
+    assert "None: the baseline recipe is kept." in text and "No payback" in text
+    assert "| r004 | overlap-grad-reduce |" in text and "gate failed" in text

@@ -1,0 +1,195 @@
+"""Ranking from the ledger alone: band, leader rule, paired confirmation, order independence."""
+
+from __future__ import annotations
+
+import json
+import random
+import tempfile
+from pathlib import Path
+
+import pytest
+from factory import Builder, jittered, settings as make_settings
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from attune_core import ranking as ranking_mod
+from attune_core.chainlog import ENVELOPE, ChainLog
+from attune_core.schema import validate_ledger_row
+
+
+def rank(builder, **kwargs):
+    return ranking_mod.build(builder.campaign.ledger.rows(), **kwargs)
+
+
+def baseline(b, runs=3, step=1000.0):
+    b.launch("r001", "baseline", "base")
+    b.result("r001", step)
+    for index in range(2, runs + 1):
+        b.launch("r%03d" % index, "repeat", "base", parent="r001")
+        b.result("r%03d" % index, step)
+
+
+def test_band_waits_for_baseline_repeats(tmp_path):
+    b = Builder(tmp_path)
+    b.launch("r001", "baseline", "base")
+    b.result("r001", 1000.0)
+    b.launch("r002", "candidate", "fast", parent="r001")
+    b.result("r002", 500.0)
+    b.launch("r003", "confirm", "fast", parent="r002")
+    b.result("r003", 500.0)
+    b.gate("r002")
+    ranked = rank(b)
+    assert not ranked.band_established and ranked.repeats_needed == 2
+    assert ranked.leader is ranked.baseline
+    assert any("repeat the baseline" in item for item in ranked.pending)
+
+
+def test_band_is_the_largest_repeat_spread_never_below_floor(tmp_path):
+    b = Builder(tmp_path)
+    b.launch("r001", "baseline", "base")
+    b.result("r001", 1000.0)
+    b.launch("r002", "repeat", "base", parent="r001")
+    b.result("r002", 1030.0)
+    b.launch("r003", "repeat", "base", parent="r001")
+    b.result("r003", 1010.0)
+    ranked = rank(b)
+    values = sorted(run.tokens for run in ranked.baseline.rankable)
+    assert ranked.band == pytest.approx((values[2] - values[0]) / values[1])
+    assert ranked.band_established and "3 runs of r001" in ranked.band_basis
+    assert rank(b, noise_floor=0.2).band == 0.2
+
+
+def test_leader_needs_band_gate_and_confirmation(tmp_path):
+    b = Builder(tmp_path)
+    baseline(b)
+    b.launch("r004", "candidate", "fast", parent="r001")
+    b.result("r004", 900.0)  # +11%
+    ranked = rank(b)
+    assert ranked.leader is ranked.baseline
+    assert ranked.run_status(ranked.run("r004")) == "beats leader; needs confirmation and gate"
+    assert any(item.startswith("confirm r004") for item in ranked.pending)
+    b.launch("r005", "confirm", "fast", parent="r004")
+    b.result("r005", 905.0)
+    ranked = rank(b)
+    assert ranked.leader is ranked.baseline and ranked.run_status(ranked.run("r004")) == "beats leader; needs gate"
+    b.gate("r004", "fail", reasons=["loss diverged"])
+    ranked = rank(b)
+    assert ranked.leader is ranked.baseline and ranked.run_status(ranked.run("r004")) == "gate failed"
+
+
+def test_gated_confirmed_candidate_leads_only_beyond_band(tmp_path):
+    b = Builder(tmp_path)
+    baseline(b)
+    b.launch("r004", "candidate", "tiny", parent="r001")
+    b.result("r004", 995.0)  # +0.5%, inside the 1% floor
+    b.launch("r005", "confirm", "tiny", parent="r004")
+    b.result("r005", 995.0)
+    b.gate("r004")
+    ranked = rank(b)
+    assert ranked.leader is ranked.baseline
+    assert ranked.run_status(ranked.run("r004")) == "within band of leader"
+    b.launch("r006", "candidate", "big", parent="r001")
+    b.result("r006", 950.0)
+    b.launch("r007", "confirm", "big", parent="r006")
+    b.result("r007", 950.0)
+    b.gate("r006")
+    ranked = rank(b)
+    assert ranked.leader.first.run == "r006"
+    assert ranked.relative(ranked.leader.score, ranked.baseline) == pytest.approx(1000 / 950 - 1)
+    # a later candidate within the band of the new leader does not displace it
+    b.launch("r008", "candidate", "big+", parent="r006")
+    b.result("r008", 946.0)
+    b.launch("r009", "confirm", "big+", parent="r008")
+    b.result("r009", 946.0)
+    b.gate("r008")
+    ranked = rank(b)
+    assert ranked.leader.first.run == "r006"
+    assert [recipe.first.run for recipe in ranked.lineage(ranked.leader)] == ["r001", "r006"]
+
+
+def test_failed_and_unrankable_runs_never_lead(tmp_path):
+    b = Builder(tmp_path)
+    baseline(b)
+    b.launch("r004", "candidate", "nan", parent="r001")
+    b.result("r004", 500.0, nan_at=6)
+    b.launch("r005", "confirm", "nan", parent="r004")
+    b.result("r005", 500.0)
+    b.gate("r004")
+    ranked = rank(b)
+    assert ranked.leader is ranked.baseline  # one rankable run is no confirmation
+    assert ranked.run_status(ranked.run("r004")) == "not rankable: NaN loss at iteration 6"
+
+
+def test_in_flight_runs_are_pending(tmp_path):
+    b = Builder(tmp_path)
+    baseline(b)
+    b.launch("r004", "candidate", "x", parent="r001")
+    ranked = rank(b)
+    assert [run.run for run in ranked.in_flight] == ["r004"]
+    assert ranked.pending[0].startswith("finalize run r004")
+    assert ranked.run_status(ranked.run("r004")) == "running"
+
+
+def _shuffled_ledger(source_rows, seed, directory):
+    """Write the same payload rows in another order, re-chained, and read them back."""
+    order = list(source_rows[1:])
+    random.Random(seed).shuffle(order)
+    Path(directory).mkdir(parents=True)
+    log = ChainLog(Path(directory) / "ledger.jsonl", validate_ledger_row)
+    head = source_rows[0]
+    log.append(head["kind"], {k: v for k, v in head.items() if k not in ENVELOPE}, campaign=head["campaign"],
+               ts=head["ts"])
+    for row in order:
+        log.append(row["kind"], {k: v for k, v in row.items() if k not in ENVELOPE}, ts=row["ts"])
+    return log.rows()
+
+
+def _fingerprint(ranked):
+    return json.dumps({
+        "band": ranked.band, "basis": ranked.band_basis, "established": ranked.band_established,
+        "baseline": ranked.baseline and ranked.baseline.sha, "leader": ranked.leader and ranked.leader.sha,
+        "runs": [(run.run, run.status, run.tokens, run.gate, ranked.run_status(run)) for run in ranked.runs],
+        "pending": ranked.pending, "stop": ranked.stop and ranked.stop["reason"],
+    }, sort_keys=True)
+
+
+campaigns = st.lists(
+    st.tuples(st.sampled_from(["a", "b", "c", "d"]), st.floats(800, 1100), st.sampled_from(["pass", "fail", None]),
+              st.booleans(), st.booleans()),
+    min_size=1, max_size=8)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(campaigns, st.integers(2, 4), st.integers(0, 2**16))
+def test_ranking_does_not_depend_on_row_order(plan, repeats, seed):
+    with tempfile.TemporaryDirectory() as tmp:
+        b = Builder(Path(tmp) / "one")
+        rng = random.Random(seed)
+        baseline(b, runs=repeats, step=1000.0)
+        number = repeats
+        for recipe, step, verdict, confirm, finish in plan:
+            number += 1
+            run = "r%03d" % number
+            b.launch(run, "candidate", recipe, parent="r001")
+            if not finish:
+                continue
+            b.result(run, jittered(step, 0.02, rng.random()))
+            if confirm:
+                number += 1
+                b.launch("r%03d" % number, "confirm", recipe, parent=run)
+                b.result("r%03d" % number, jittered(step, 0.02, rng.random()))
+            if verdict:
+                b.gate(run, verdict)
+        rows = b.campaign.ledger.rows()
+        expected = _fingerprint(ranking_mod.build(rows))
+        shuffled = _shuffled_ledger(rows, seed, Path(tmp) / "two")
+        assert [row["seq"] for row in shuffled] == list(range(len(rows)))
+        assert _fingerprint(ranking_mod.build(shuffled)) == expected
+
+
+def test_settings_feed_ranking(tmp_path):
+    s = make_settings(ATTUNE_NOISE_FLOOR="0.05", ATTUNE_BASELINE_REPEATS="2")
+    b = Builder(tmp_path, settings_obj=s)
+    baseline(b, runs=2)
+    ranked = ranking_mod.build(b.campaign.ledger.rows(), s.window, s.noise_floor, s.baseline_repeats)
+    assert ranked.band == 0.05 and ranked.band_established
