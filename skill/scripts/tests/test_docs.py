@@ -1,0 +1,56 @@
+"""Documents tested against the code: README commands, the rulebook's numbers, the layout."""
+
+from __future__ import annotations
+
+import re
+
+from conftest import REPO
+
+from attune_core import cli, settings
+
+README = (REPO / "README.md").read_text()
+MEASUREMENT = (REPO / "skill" / "references" / "measurement.md").read_text()
+
+
+def _commands():
+    return re.findall(r"```\n(.*?)\n```", README, re.S)
+
+
+def test_quick_start_is_exactly_two_commands_and_ci_runs_the_test_command():
+    quick = README.split("## Quick start", 1)[1].split("\n## ", 1)[0]
+    blocks = re.findall(r"```\n(.*?)\n```", quick, re.S)
+    assert len(blocks) == 2 and all("\n" not in block for block in blocks)
+    test_command = re.search(r"\.venv/bin/python -m pytest [^\n`]*", blocks[1]).group(0)
+    assert test_command in (REPO / ".ci" / "run").read_text()
+
+
+def test_readme_lists_every_verb_and_exit_code():
+    for name in cli.VERBS:
+        assert "| `%s` |" % name in README, name
+    assert "0 ok, 1 check failed" in README and "3 integrity" in README
+
+
+def test_rulebook_defaults_match_the_settings():
+    spec = settings.SPEC_BY_ENV
+    assert "default\n  %s to %s" % (spec["ATTUNE_SCORE_FIRST_STEP"].default,
+                                    spec["ATTUNE_SCORE_LAST_STEP"].default) in MEASUREMENT
+    assert "`ATTUNE_NOISE_FLOOR` (default %s, 1%%)" % spec["ATTUNE_NOISE_FLOOR"].default in MEASUREMENT
+    assert "(default %s, at least 2)" % spec["ATTUNE_BASELINE_REPEATS"].default in MEASUREMENT
+    for name in ("ATTUNE_SCORE_FIRST_STEP", "ATTUNE_SCORE_LAST_STEP", "ATTUNE_NOISE_FLOOR",
+                 "ATTUNE_BASELINE_REPEATS", "AUTOTUNE_GPUH_BUDGET", "AUTOTUNE_BUDGET", "ATTUNE_GPU_HOUR_USD"):
+        assert name in MEASUREMENT, name
+
+
+def test_required_files_exist_and_license_is_apache():
+    for name in ("LICENSE", "NOTICE", "THIRD_PARTY_NOTICES", "CONTRIBUTING.md", "CODE_OF_CONDUCT.md",
+                 "config.example.env", "pyproject.toml"):
+        assert (REPO / name).is_file(), name
+    text = (REPO / "LICENSE").read_text()
+    assert "Apache License" in text and "Version 2.0, January 2004" in text
+    assert "END OF TERMS AND CONDITIONS" in text and "APPENDIX: How to apply the Apache License" in text
+
+
+def test_no_empty_files_committed():
+    for path in (REPO / "skill").rglob("*"):
+        if path.is_file() and "__pycache__" not in path.parts:
+            assert path.stat().st_size > 0, path
