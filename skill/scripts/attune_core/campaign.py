@@ -80,12 +80,15 @@ def default_campaign_id(settings) -> str:
     return "%s-%s" % (settings.run_prefix.rstrip("-"), stamp)
 
 
-def init(directory, settings, campaign_id: str = None, ts: str = None) -> Campaign:
+def init(directory, settings, campaign_id: str = None, ts: str = None, note: str = None) -> Campaign:
     """Create a campaign: freeze its settings and write the first ledger row. Idempotent."""
     campaign = Campaign(directory)
     campaign.dir.mkdir(parents=True, exist_ok=True)
     settings_mod.freeze(settings, campaign.dir)
     if not Path(campaign.ledger.path).exists() or not campaign.ledger.rows():
-        campaign.ledger.append("campaign", {"settings_sha256": settings.sha256(), "attune_version": __version__},
+        payload = {"settings_sha256": settings.sha256(), "attune_version": __version__}
+        if note:
+            payload["note"] = note
+        campaign.ledger.append("campaign", payload,
                                campaign=campaign_id or default_campaign_id(settings), ts=ts)
     return campaign

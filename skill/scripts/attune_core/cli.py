@@ -55,7 +55,7 @@ def _snapshot(args):
 @verb("init", "create a campaign directory: freeze the settings and write the first ledger row")
 def cmd_init(args) -> int:
     settings = settings_mod.load(config_file=args.config)
-    created = campaign_mod.init(_dir(args), settings, args.campaign_id)
+    created = campaign_mod.init(_dir(args), settings, args.campaign_id, note=args.note)
     data = {"campaign": created.id, "dir": str(created.dir), "settings_sha256": settings.sha256()}
     _emit(args, data, "campaign: %s\ndir: %s\nsettings_sha256: %s" % (data["campaign"], data["dir"],
                                                                      data["settings_sha256"]))
@@ -110,7 +110,8 @@ def cmd_rank(args) -> int:
     if not args.no_chart and not args.dry_run:
         note = results_mod.draw_chart(ranking, directory / campaign_mod.CHART)
         chart = campaign_mod.CHART if note is None else None
-    text = results_mod.render(ranking, snap.budget, snap.campaign.id, rows, last_ts, chart, note or "")
+    text = results_mod.render(ranking, snap.budget, snap.campaign.id, rows, last_ts, chart, note or "",
+                              snap.ledger_rows[0].get("note", ""))
     if args.dry_run:
         sys.stdout.write(text)
         return EXIT_OK
@@ -235,6 +236,7 @@ def build_parser() -> argparse.ArgumentParser:
         p.set_defaults(func=func)
         if name == "init":
             p.add_argument("--campaign-id", help="id for the new campaign (default: <prefix>-<UTC time>)")
+            p.add_argument("--note", help="a note on the campaign, shown at the top of RESULTS.md")
         elif name == "settings":
             p.add_argument("--example", action="store_true", help="print config.example.env")
             p.add_argument("--check-files", action="store_true", help="also check that the files exist here")

@@ -62,6 +62,9 @@ def render(snapshot: Snapshot, checks: list, shipped: bool, payback: Optional[fl
     ranking = snapshot.ranking
     base, lead = ranking.baseline, ranking.leader
     out = ["# ATTUNE report: campaign %s" % snapshot.campaign.id, ""]
+    note = snapshot.ledger_rows[0].get("note") if snapshot.ledger_rows else None
+    if note:
+        out += ["Campaign note: %s" % note, ""]
     if shipped:
         out.append("**Shipped**: `%s` is the recipe of run %s." % (SHIPPED_RECIPE, lead.first.run))
     else:

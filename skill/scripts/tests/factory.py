@@ -66,10 +66,10 @@ class Clock(object):
 class Builder(object):
     """Write a campaign through ``attune_core.campaign`` with deterministic times."""
 
-    def __init__(self, directory, settings_obj=None, campaign_id="test-fixture-20261102", clock=None):
+    def __init__(self, directory, settings_obj=None, campaign_id="test-fixture-20261102", clock=None, note=None):
         self.clock = clock or Clock()
         self.settings = settings_obj or settings()
-        self.campaign = campaign_mod.init(Path(directory), self.settings, campaign_id, ts=self.clock())
+        self.campaign = campaign_mod.init(Path(directory), self.settings, campaign_id, ts=self.clock(), note=note)
 
     def launch(self, run, purpose, recipe, gpus=8, parent=None, change=None, hypothesis=None, lever=None,
                expected_gpu_hours=0.25, write_recipe=True, simulated=None):

@@ -31,7 +31,8 @@ writes for this ledger.
 
 
 def campaign_basic(directory: Path) -> None:
-    b = Builder(directory)
+    b = Builder(directory, note="SYNTHETIC test fixture: every number is made up to exercise ranking; "
+                                "nothing was measured")
     base = 3400.0
     b.launch("r001", "baseline", "base", hypothesis="untuned baseline")
     b.result("r001", jittered(base, 0.02, 1))
