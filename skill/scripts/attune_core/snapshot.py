@@ -33,6 +33,10 @@ def verify(campaign: Campaign) -> tuple:
     ledger_report = campaign.ledger.verify()
     gpu_report = campaign.gpu_log.verify()
     broken = [report.summary() for report in (ledger_report, gpu_report) if not report.ok]
+    ledger_id = ledger_report.parsed[0]["campaign"] if ledger_report.parsed else None
+    if gpu_report.parsed and ledger_id and gpu_report.parsed[0]["campaign"] != ledger_id:
+        broken.append("gpu_hours.jsonl belongs to campaign %r but ledger.jsonl to %r"
+                      % (gpu_report.parsed[0]["campaign"], ledger_id))
     if broken:
         raise IntegrityError("; ".join(broken) + ". The records cannot be trusted: nothing is ranked or shipped "
                              "from them")

@@ -200,3 +200,13 @@ def test_a_failed_gate_demotes_the_leader_and_the_baseline_ships(tmp_path):
     text = (campaign / "REPORT.md").read_text()
     assert "None: the baseline recipe is kept." in text and "No payback" in text
     assert "| r004 | overlap-grad-reduce |" in text and "gate failed" in text
+
+
+def test_gpu_log_of_another_campaign_is_an_integrity_error(tmp_path):
+    from attune_core.chainlog import ChainLog
+    campaign = fixture_copy(tmp_path)
+    for suffix in ("", ".head"):
+        (campaign / ("gpu_hours.jsonl" + suffix)).unlink()
+    ChainLog(campaign / "gpu_hours.jsonl").append(
+        "charge", {"run": "r001", "gpus": 1, "seconds": 1.0, "gpu_seconds": 1}, campaign="someone-else")
+    assert cli.main(["status", "--campaign", str(campaign)]) == 3
