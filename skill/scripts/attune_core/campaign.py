@@ -10,7 +10,7 @@ from pathlib import Path
 from . import __version__, settings as settings_mod
 from .chainlog import ChainLog
 from .errors import InputError
-from .schema import validate_gpu_hour_row, validate_ledger_row
+from .schema import validate_gpu_hour_row, validate_ledger_row, validate_new_ledger_row
 
 LEDGER = "ledger.jsonl"
 GPU_HOURS = "gpu_hours.jsonl"
@@ -32,18 +32,18 @@ def resolve_dir(arg=None) -> Path:
 class Campaign(object):
     def __init__(self, directory):
         self.dir = Path(directory)
-        self.ledger = ChainLog(self.dir / LEDGER, validate_ledger_row)
+        self.ledger = ChainLog(self.dir / LEDGER, validate_ledger_row, validate_new_ledger_row)
         self.gpu_log = ChainLog(self.dir / GPU_HOURS, validate_gpu_hour_row)
         self._id = None
 
     @property
     def id(self) -> str:
         if self._id is None:
-            rows = self.ledger.rows()
-            if not rows:
+            first = self.ledger.first_row()
+            if first is None:
                 raise InputError("%s has no ledger (%s). Fix: start the campaign with `attune init` or "
                                  "harness/launch_campaign.sh, or pass --campaign DIR" % (self.dir, LEDGER))
-            self._id = rows[0]["campaign"]
+            self._id = first["campaign"]
         return self._id
 
     def require_ledger(self):
@@ -85,7 +85,7 @@ def init(directory, settings, campaign_id: str = None, ts: str = None, note: str
     campaign = Campaign(directory)
     campaign.dir.mkdir(parents=True, exist_ok=True)
     settings_mod.freeze(settings, campaign.dir)
-    if not Path(campaign.ledger.path).exists() or not campaign.ledger.rows():
+    if campaign.ledger.first_row() is None:
         payload = {"settings_sha256": settings.sha256(), "attune_version": __version__}
         if note:
             payload["note"] = note

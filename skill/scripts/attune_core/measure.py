@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import statistics
 from typing import Optional
 
 NON_FINITE = {"nan": float("nan"), "inf": float("inf"), "-inf": float("-inf")}
@@ -75,39 +74,55 @@ def score_run(status: str, metrics: Optional[dict], window=(5, 19), failure: Opt
         if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
             return not_rankable("metrics.%s is missing or not a positive integer" % field)
         sizes[field] = value
-    by_iter = {}
-    for item in metrics.get("iterations") or []:
-        number = item.get("iter") if isinstance(item, dict) else None
+    numbers = metrics.get("iter")
+    if not isinstance(numbers, list) or not numbers:
+        return not_rankable("metrics have no iterations")
+    columns = {}
+    for name in ("step_ms", "loss", "skipped", "nan"):
+        column = metrics.get(name)
+        if column is None:
+            column = [None] * len(numbers)
+        elif not isinstance(column, list) or len(column) != len(numbers):
+            return not_rankable("metrics.%s does not have one value per iteration" % name)
+        columns[name] = column
+    position = {}
+    for index, number in enumerate(numbers):
         if not isinstance(number, int):
-            return not_rankable("an iteration record has no iteration number")
-        if number in by_iter:
+            return not_rankable("an iteration number is not an integer")
+        if number in position:
             return not_rankable("iteration %d is reported twice" % number)
-        by_iter[number] = item
-    for number in sorted(by_iter):
-        item = by_iter[number]
-        loss = to_float(item.get("loss"))
-        if loss is not None and not math.isfinite(loss):
-            return not_rankable("%s loss at iteration %d" % ("NaN" if math.isnan(loss) else "infinite", number))
-        if (item.get("skipped") or 0) > 0:
+        position[number] = index
+    isfinite = math.isfinite
+    losses, skipped, nans = columns["loss"], columns["skipped"], columns["nan"]
+    for number in sorted(position):
+        index = position[number]
+        loss = losses[index]
+        if loss is not None and not (type(loss) is float and isfinite(loss)):
+            loss = to_float(loss)
+            if loss is not None and not isfinite(loss):
+                return not_rankable("%s loss at iteration %d" % ("NaN" if loss != loss else "infinite", number))
+        if skipped[index]:
             return not_rankable("iteration %d was skipped" % number)
-        if (item.get("nan") or 0) > 0:
+        if nans[index]:
             return not_rankable("iteration %d counted a NaN iteration" % number)
     first, last = window
-    missing = [n for n in range(first, last + 1) if n not in by_iter]
+    missing = [n for n in range(first, last + 1) if n not in position]
     if missing:
         return not_rankable("iteration(s) %s of the window %d-%d missing" % (_ranges(missing), first, last))
     times = []
     for number in range(first, last + 1):
-        step = to_float(by_iter[number].get("step_ms"))
-        if step is None or not math.isfinite(step) or step <= 0:
+        step = to_float(columns["step_ms"][position[number]])
+        if step is None or not isfinite(step) or step <= 0:
             return not_rankable("iteration %d has no positive step time" % number)
         times.append(step / 1000.0)
-    median = statistics.median(times)
+    ordered = sorted(times)
+    half = len(ordered) // 2
+    median = ordered[half] if len(ordered) % 2 else (ordered[half - 1] + ordered[half]) / 2.0
     tokens = sizes["global_batch_size"] * sizes["seq_length"] / (median * sizes["gpus"])
     return RunScore(
         rankable=True, why="", tokens_per_s_per_gpu=tokens, step_time_s=median,
-        step_mean_s=sum(times) / len(times), step_min_s=min(times), step_max_s=max(times),
-        spread=(max(times) - min(times)) / median, steps=len(times),
+        step_mean_s=sum(times) / len(times), step_min_s=ordered[0], step_max_s=ordered[-1],
+        spread=(ordered[-1] - ordered[0]) / median, steps=len(times),
     )
 
 

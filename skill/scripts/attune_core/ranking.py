@@ -17,6 +17,7 @@ every ordering it uses comes from row content (launch time, then run id), never 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import statistics
 from typing import Optional
@@ -56,35 +57,37 @@ class RunView:
         return self.score.tokens_per_s_per_gpu if self.score and self.score.rankable else None
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(eq=False)
 class RecipeView:
+    """A recipe and its runs. Built once every run is scored; the derived values are cached."""
+
     sha: str
     runs: list
     is_baseline: bool = False
 
-    @property
+    @functools.cached_property
     def rankable(self) -> list:
         return [run for run in self.runs if run.tokens is not None]
 
-    @property
+    @functools.cached_property
     def score(self) -> Optional[float]:
         values = [run.tokens for run in self.rankable]
         return statistics.median(values) if values else None
 
-    @property
+    @functools.cached_property
     def spread(self) -> Optional[float]:
         values = [run.tokens for run in self.rankable]
         if len(values) < 2:
             return None
         return (max(values) - min(values)) / statistics.median(values)
 
-    @property
+    @functools.cached_property
     def first(self) -> RunView:
         """The run that introduced the recipe (earliest launch that is not a repeat or confirm)."""
         originals = [run for run in self.runs if run.purpose in ("baseline", "candidate")] or self.runs
         return originals[0]
 
-    @property
+    @functools.cached_property
     def gate(self) -> Optional[str]:
         verdicts = {run.gate for run in self.runs if run.gate}
         if "fail" in verdicts:
@@ -109,12 +112,10 @@ class Ranking:
     stop: Optional[dict]
     warnings: list
     pending: list = dataclasses.field(default_factory=list)
+    by_id: dict = dataclasses.field(default_factory=dict)
 
     def run(self, run_id: str) -> Optional[RunView]:
-        for run in self.runs:
-            if run.run == run_id:
-                return run
-        return None
+        return self.by_id.get(run_id)
 
     def recipe_of(self, run_id: Optional[str]) -> Optional[RecipeView]:
         run = self.run(run_id) if run_id else None
@@ -270,7 +271,8 @@ def build(rows, window=(5, 19), noise_floor=0.01, baseline_repeats=3) -> Ranking
                 leader = recipe
     ranking = Ranking(runs=ordered, recipes=recipes, baseline=baseline, leader=leader, band=band,
                       band_basis=basis, band_established=established,
-                      repeats_needed=max(0, baseline_repeats - have), stop=stop, warnings=warnings)
+                      repeats_needed=max(0, baseline_repeats - have), stop=stop, warnings=warnings,
+                      by_id=runs)
     ranking.pending = _pending(ranking)
     return ranking
 

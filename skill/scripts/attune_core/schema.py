@@ -69,46 +69,66 @@ GPU_HOUR_KINDS = {
     "recovery": LEDGER_KINDS["recovery"],
 }
 
-# Fields of ``result.metrics`` that ranking reads (documented in measurement.md).
+# Fields of ``result.metrics`` that ranking reads (documented in measurement.md). Per-iteration
+# values are stored as columns, one list per field with one element per logged iteration: the
+# ledger is re-read in full by every verify, rank and status, and columns parse fastest.
 METRICS_FIELDS = {
     "global_batch_size": "int",
     "seq_length": "int",
     "gpus": "int",
-    "iterations": "list",
 }
-ITERATION_FIELDS = {
+ITERATION_COLUMNS = {
     "iter": "int",
-    "step_ms": "number",
+    "step_ms": "number?",
     "loss": "any",
     "skipped": "int",
     "nan": "int",
 }
 
 
+def _is_int(value):
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value):
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+_BASE_CHECKS = {
+    "any": lambda value: True,
+    "str": lambda value: isinstance(value, str),
+    "int": _is_int,
+    "number": _is_number,
+    "bool": lambda value: isinstance(value, bool),
+    "list": lambda value: isinstance(value, list),
+    "list[str]": lambda value: isinstance(value, list) and all(isinstance(item, str) for item in value),
+    "object": lambda value: isinstance(value, dict),
+}
+_CHECKERS = {}
+
+
+def _checker(kind):
+    """The predicate for a type string, built once per type (verify runs it on every row)."""
+    if kind in _CHECKERS:
+        return _CHECKERS[kind]
+    nullable = kind.endswith("?")
+    base = kind[:-1] if nullable else kind
+    if base.startswith("enum:"):
+        allowed = frozenset(base[5:].split("|"))
+        check = lambda value: isinstance(value, str) and value in allowed  # noqa: E731
+    elif base in _BASE_CHECKS:
+        check = _BASE_CHECKS[base]
+    else:
+        raise AssertionError("unknown schema type %r" % kind)
+    if nullable:
+        inner = check
+        check = lambda value: value is None or inner(value)  # noqa: E731
+    _CHECKERS[kind] = check
+    return check
+
+
 def _type_ok(value, kind):
-    if kind.endswith("?"):
-        if value is None:
-            return True
-        kind = kind[:-1]
-    if kind == "any":
-        return True
-    if kind.startswith("enum:"):
-        return isinstance(value, str) and value in kind[5:].split("|")
-    if kind == "str":
-        return isinstance(value, str)
-    if kind == "int":
-        return isinstance(value, int) and not isinstance(value, bool)
-    if kind == "number":
-        return isinstance(value, (int, float)) and not isinstance(value, bool)
-    if kind == "bool":
-        return isinstance(value, bool)
-    if kind == "list":
-        return isinstance(value, list)
-    if kind == "list[str]":
-        return isinstance(value, list) and all(isinstance(item, str) for item in value)
-    if kind == "object":
-        return isinstance(value, dict)
-    raise AssertionError("unknown schema type %r" % kind)
+    return _checker(kind)(value)
 
 
 def check_fields(kinds, kind, row, envelope=("schema_version", "campaign", "seq", "ts", "kind", "prev")):
@@ -132,8 +152,6 @@ def check_fields(kinds, kind, row, envelope=("schema_version", "campaign", "seq"
         raise ValueError("charge row gpu_seconds must not be negative")
     if kind == "charge" and (row["seconds"] < 0 or row["gpus"] < 0):
         raise ValueError("charge row seconds and gpus must not be negative")
-    if kind == "result" and "metrics" in row:
-        check_metrics(row["metrics"])
 
 
 def check_metrics(metrics):
@@ -141,18 +159,34 @@ def check_metrics(metrics):
     for field, ftype in METRICS_FIELDS.items():
         if field in metrics and not _type_ok(metrics[field], ftype):
             raise ValueError("result metrics field %r must be %s" % (field, ftype))
-    for index, item in enumerate(metrics.get("iterations", [])):
-        if not isinstance(item, dict):
-            raise ValueError("result metrics iterations[%d] must be an object" % index)
-        for field, ftype in ITERATION_FIELDS.items():
-            if field in item and not _type_ok(item[field], ftype):
-                raise ValueError("result metrics iterations[%d].%s must be %s" % (index, field, ftype))
-        if "iter" not in item:
-            raise ValueError("result metrics iterations[%d] has no 'iter'" % index)
+    length = None
+    for field, ftype in ITERATION_COLUMNS.items():
+        if field not in metrics:
+            continue
+        column = metrics[field]
+        if not isinstance(column, list):
+            raise ValueError("result metrics field %r must be a list (one value per iteration)" % field)
+        if length is None:
+            length = len(column)
+        elif len(column) != length:
+            raise ValueError("result metrics column %r has %d values, the others %d" % (field, len(column), length))
+        check = _checker(ftype)
+        for index, value in enumerate(column):
+            if not check(value):
+                raise ValueError("result metrics %s[%d] must be %s, not %r" % (field, index, ftype, value))
+    if length and "iter" not in metrics:
+        raise ValueError("result metrics have per-iteration columns but no 'iter'")
 
 
 def validate_ledger_row(kind, row):
+    """The per-row check run on every append and in ``verify``."""
     check_fields(LEDGER_KINDS, kind, row)
+
+
+def validate_new_ledger_row(kind, row):
+    """Deeper checks run only when a row is appended (too slow to repeat on every verify)."""
+    if kind == "result" and "metrics" in row:
+        check_metrics(row["metrics"])
 
 
 def validate_gpu_hour_row(kind, row):
@@ -168,5 +202,5 @@ def snapshot() -> dict:
         "ledger": dump(LEDGER_KINDS),
         "gpu_hours": dump(GPU_HOUR_KINDS),
         "metrics": dict(METRICS_FIELDS),
-        "iteration": dict(ITERATION_FIELDS),
+        "iteration_columns": dict(ITERATION_COLUMNS),
     }

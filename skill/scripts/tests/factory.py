@@ -31,21 +31,22 @@ def settings(**overrides):
 
 
 def iterations(step_ms, n=20, loss0=10.5, nan_at=None, skipped_at=None, drop=()):
-    """Per-iteration records; ``step_ms`` is one number or a list of ``n`` numbers."""
+    """Per-iteration columns; ``step_ms`` is one number or a list of ``n`` numbers."""
     steps = step_ms if isinstance(step_ms, list) else [step_ms] * n
-    out = []
-    for index in range(1, n + 1):
-        if index in drop:
-            continue
-        loss = loss0 - 0.12 * index
-        out.append({"iter": index, "step_ms": float(steps[index - 1]),
-                    "loss": encode_float(float("nan")) if index == nan_at else round(loss, 6),
-                    "skipped": 1 if index == skipped_at else 0, "nan": 0})
-    return out
+    kept = [index for index in range(1, n + 1) if index not in drop]
+    return {
+        "iter": kept,
+        "step_ms": [float(steps[index - 1]) for index in kept],
+        "loss": [encode_float(float("nan")) if index == nan_at else round(loss0 - 0.12 * index, 6) for index in kept],
+        "skipped": [1 if index == skipped_at else 0 for index in kept],
+        "nan": [0 for _ in kept],
+    }
 
 
 def metrics(step_ms, gbs=128, seq=4096, gpus=8, **kwargs):
-    return {"global_batch_size": gbs, "seq_length": seq, "gpus": gpus, "iterations": iterations(step_ms, **kwargs)}
+    out = {"global_batch_size": gbs, "seq_length": seq, "gpus": gpus}
+    out.update(iterations(step_ms, **kwargs))
+    return out
 
 
 def recipe_sha(name: str) -> str:

@@ -46,16 +46,20 @@ def test_other_reasons():
     bad["gpus"] = 0
     assert "metrics.gpus" in score_run("finished", bad).why
     inf = metrics(1000.0)
-    inf["iterations"][3]["loss"] = "inf"
+    inf["loss"][3] = "inf"
     assert score_run("finished", inf).why == "infinite loss at iteration 4"
     zero = metrics(1000.0)
-    zero["iterations"][8]["step_ms"] = 0
+    zero["step_ms"][8] = 0
     assert score_run("finished", zero).why == "iteration 9 has no positive step time"
     twice = metrics(1000.0)
-    twice["iterations"].append(dict(twice["iterations"][0]))
+    for column in ("iter", "step_ms", "loss", "skipped", "nan"):
+        twice[column].append(twice[column][0])
     assert score_run("finished", twice).why == "iteration 1 is reported twice"
     nan_count = metrics(1000.0)
-    nan_count["iterations"][10]["nan"] = 1
+    nan_count["nan"][10] = 1
+    ragged = metrics(1000.0)
+    ragged["loss"].pop()
+    assert score_run("finished", ragged).why == "metrics.loss does not have one value per iteration"
     assert not score_run("finished", nan_count).rankable
 
 

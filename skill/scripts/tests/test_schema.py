@@ -63,5 +63,21 @@ def test_every_kind_and_field_is_documented_as_coded():
 
 def test_metrics_fields_are_documented():
     text = DOC.read_text()
-    for field, ftype in list(schema.METRICS_FIELDS.items()) + list(schema.ITERATION_FIELDS.items()):
+    for field, ftype in list(schema.METRICS_FIELDS.items()) + list(schema.ITERATION_COLUMNS.items()):
         assert "| `%s` | `%s` |" % (field, ftype) in text
+
+
+def test_metrics_columns_are_checked_on_append(tmp_path):
+    import pytest
+    from factory import Builder, metrics
+    from attune_core.errors import InputError
+    b = Builder(tmp_path)
+    b.launch("r001", "baseline", "base")
+    bad = metrics(1000.0)
+    bad["step_ms"].pop()
+    with pytest.raises(InputError, match="column 'step_ms' has 19 values"):
+        b.campaign.append("result", run="r001", status="finished", metrics=bad)
+    bad = metrics(1000.0)
+    bad["skipped"][2] = "x"
+    with pytest.raises(InputError, match=r"skipped\[2\] must be int"):
+        b.campaign.append("result", run="r001", status="finished", metrics=bad)
