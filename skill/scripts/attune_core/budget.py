@@ -76,9 +76,9 @@ def _fmt(value: float) -> str:
     return ("%.3f" % value).rstrip("0").rstrip(".") if value != int(value) else "%d" % value
 
 
-def state(settings, ranking, gpu_rows) -> BudgetState:
-    """The budget as the ledger (through ``ranking``) and the GPU-hour log record it."""
-    gpu_hours = total_gpu_seconds(gpu_rows) / 3600.0
+def state(settings, ranking, gpu_seconds: int) -> BudgetState:
+    """The budget as the ledger (through ``ranking``) and the GPU-hour log (its total) record it."""
+    gpu_hours = gpu_seconds / 3600.0
     in_flight = tuple(run.run for run in ranking.in_flight)
     if settings.budget_kind == "gpu_hours":
         unknown = tuple(run.run for run in ranking.in_flight if run.expected_gpu_hours is None)

@@ -74,6 +74,12 @@ def score_run(status: str, metrics: Optional[dict], window=(5, 19), failure: Opt
         if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
             return not_rankable("metrics.%s is missing or not a positive integer" % field)
         sizes[field] = value
+    fast = _score_clean_run(metrics, sizes, window)
+    return fast if fast is not None else _score_careful(metrics, sizes, window)
+
+
+def _score_careful(metrics: dict, sizes: dict, window) -> RunScore:
+    """Check everything in order and name the first problem (any metrics shape)."""
     numbers = metrics.get("iter")
     if not isinstance(numbers, list) or not numbers:
         return not_rankable("metrics have no iterations")
@@ -115,6 +121,36 @@ def score_run(status: str, metrics: Optional[dict], window=(5, 19), failure: Opt
         if step is None or not isfinite(step) or step <= 0:
             return not_rankable("iteration %d has no positive step time" % number)
         times.append(step / 1000.0)
+    return _score(times, sizes)
+
+
+def _score_clean_run(metrics: dict, sizes: dict, window) -> Optional[RunScore]:
+    """The common case in one pass of C-level list operations: iterations 1..n in order, every
+    loss finite, nothing skipped, every window step time positive. Returns None otherwise, and
+    the careful path finds and names the problem."""
+    numbers = metrics.get("iter")
+    if type(numbers) is not list:
+        return None
+    count = len(numbers)
+    columns = [metrics.get(name) for name in ("step_ms", "loss", "skipped", "nan")]
+    if any(type(column) is not list or len(column) != count for column in columns):
+        return None
+    steps, losses, skipped, nans = columns
+    first, last = window
+    if last > count or numbers != list(range(1, count + 1)):
+        return None
+    try:
+        if not math.isfinite(sum(losses)) or any(skipped) or any(nans):
+            return None
+        times = [step / 1000.0 for step in steps[first - 1:last]]
+        if not math.isfinite(sum(times)) or min(times) <= 0:
+            return None
+    except TypeError:  # a None or a string ("nan") somewhere: let the careful path say which
+        return None
+    return _score(times, sizes)
+
+
+def _score(times: list, sizes: dict) -> RunScore:
     ordered = sorted(times)
     half = len(ordered) // 2
     median = ordered[half] if len(ordered) % 2 else (ordered[half - 1] + ordered[half]) / 2.0

@@ -17,7 +17,6 @@ every ordering it uses comes from row content (launch time, then run id), never 
 from __future__ import annotations
 
 import dataclasses
-import functools
 import json
 import statistics
 from typing import Optional
@@ -26,7 +25,7 @@ from .chainlog import ENVELOPE
 from .measure import RunScore, score_run
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(slots=True)
 class RunView:
     run: str
     purpose: str
@@ -57,46 +56,25 @@ class RunView:
         return self.score.tokens_per_s_per_gpu if self.score and self.score.rankable else None
 
 
-@dataclasses.dataclass(eq=False)
-class RecipeView:
-    """A recipe and its runs. Built once every run is scored; the derived values are cached."""
+class RecipeView(object):
+    """A recipe and its runs (in launch order), with the values ranking derives from them.
 
-    sha: str
-    runs: list
-    is_baseline: bool = False
+    Built once every run is scored; nothing changes afterwards, so the values are computed once.
+    """
 
-    @functools.cached_property
-    def rankable(self) -> list:
-        return [run for run in self.runs if run.tokens is not None]
-
-    @functools.cached_property
-    def score(self) -> Optional[float]:
+    def __init__(self, sha: str, runs: list, is_baseline: bool = False):
+        self.sha = sha
+        self.runs = runs
+        self.is_baseline = is_baseline
+        self.rankable = [run for run in runs if run.tokens is not None]
         values = [run.tokens for run in self.rankable]
-        return statistics.median(values) if values else None
-
-    @functools.cached_property
-    def spread(self) -> Optional[float]:
-        values = [run.tokens for run in self.rankable]
-        if len(values) < 2:
-            return None
-        return (max(values) - min(values)) / statistics.median(values)
-
-    @functools.cached_property
-    def first(self) -> RunView:
-        """The run that introduced the recipe (earliest launch that is not a repeat or confirm)."""
-        originals = [run for run in self.runs if run.purpose in ("baseline", "candidate")] or self.runs
-        return originals[0]
-
-    @functools.cached_property
-    def gate(self) -> Optional[str]:
-        verdicts = {run.gate for run in self.runs if run.gate}
-        if "fail" in verdicts:
-            return "fail"
-        return "pass" if "pass" in verdicts else None
-
-    @property
-    def simulated(self) -> bool:
-        return any(run.simulated for run in self.runs)
+        self.score = _median(values) if values else None
+        self.spread = (max(values) - min(values)) / self.score if len(values) >= 2 else None
+        originals = [run for run in runs if run.purpose in ("baseline", "candidate")] or runs
+        self.first = originals[0]  # the run that introduced the recipe
+        verdicts = {run.gate for run in runs if run.gate}
+        self.gate = "fail" if "fail" in verdicts else ("pass" if "pass" in verdicts else None)
+        self.simulated = any(run.simulated for run in runs)
 
 
 @dataclasses.dataclass
@@ -173,6 +151,12 @@ class Ranking:
         return "slower than leader"
 
 
+def _median(values: list) -> float:
+    if len(values) == 1:
+        return values[0]
+    return statistics.median(values)
+
+
 def _content_key(row: dict):
     """Order rows by time, then content: never by their position in the file."""
     payload = {key: value for key, value in row.items() if key not in ENVELOPE or key == "ts"}
@@ -186,10 +170,13 @@ def _sort_key(run: RunView):
 def build(rows, window=(5, 19), noise_floor=0.01, baseline_repeats=3) -> Ranking:
     """Rank the campaign described by ``rows`` (ledger rows, in any order)."""
     warnings = []
-    launches = {}
+    by_kind = {"launch": [], "result": [], "gate": [], "stop": []}
     for row in rows:
-        if row.get("kind") != "launch":
-            continue
+        bucket = by_kind.get(row["kind"])
+        if bucket is not None:
+            bucket.append(row)
+    launches = {}
+    for row in by_kind["launch"]:
         run_id = row["run"]
         if run_id in launches:
             warnings.append("run %s is launched more than once; the earliest launch is used" % run_id)
@@ -205,22 +192,17 @@ def build(rows, window=(5, 19), noise_floor=0.01, baseline_repeats=3) -> Ranking
             simulated=bool(row.get("simulated", False)), expected_gpu_hours=row.get("expected_gpu_hours"),
             recipe_path=row.get("recipe_path", ""))
     results = {}
+    for row in by_kind["result"]:
+        previous = results.get(row["run"])
+        if previous is not None:
+            warnings.append("run %s has more than one result; the latest is used" % row["run"])
+            if _content_key(row) <= _content_key(previous):
+                continue
+        results[row["run"]] = row
     gates = {}
-    stop = None
-    for row in rows:
-        kind = row.get("kind")
-        if kind == "result":
-            previous = results.get(row["run"])
-            if previous is not None:
-                warnings.append("run %s has more than one result; the latest is used" % row["run"])
-                if _content_key(row) <= _content_key(previous):
-                    continue
-            results[row["run"]] = row
-        elif kind == "gate":
-            gates.setdefault(row["run"], []).append(row)
-        elif kind == "stop":
-            if stop is None or _content_key(row) > _content_key(stop):
-                stop = row
+    for row in by_kind["gate"]:
+        gates.setdefault(row["run"], []).append(row)
+    stop = max(by_kind["stop"], key=_content_key) if by_kind["stop"] else None
     for run_id, row in results.items():
         run = runs.get(run_id)
         if run is None:
@@ -241,9 +223,10 @@ def build(rows, window=(5, 19), noise_floor=0.01, baseline_repeats=3) -> Ranking
         run.gate_reasons = tuple(sorted({reason for row in gate_rows for reason in row.get("reasons", [])}))
 
     ordered = sorted(runs.values(), key=_sort_key)
-    recipes = {}
+    grouped = {}
     for run in ordered:
-        recipes.setdefault(run.recipe, RecipeView(run.recipe, [])).runs.append(run)
+        grouped.setdefault(run.recipe, []).append(run)
+    recipes = {sha: RecipeView(sha, group) for sha, group in grouped.items()}
     baseline_shas = sorted({run.recipe for run in ordered if run.purpose == "baseline"})
     baseline = None
     if len(baseline_shas) > 1:

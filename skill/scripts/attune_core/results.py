@@ -27,7 +27,10 @@ def tok(value: Optional[float]) -> str:
 
 def cell(text) -> str:
     """Make text safe for one Markdown table cell."""
-    return str(text).replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ").strip()
+    text = str(text)
+    if "|" in text or "\\" in text or "\n" in text or "\r" in text:  # rare: test first, it is much cheaper
+        text = text.replace("\\", "\\\\").replace("|", "\\|").replace("\r", " ").replace("\n", " ")
+    return text.strip()
 
 
 def describe_change(change) -> str:
@@ -143,51 +146,77 @@ def _run_row(ranking: Ranking, run: RunView) -> str:
     throughput = tok(value)
     if throughput and run.simulated:
         throughput += " " + SIMULATED
-    return "| %s |" % " | ".join(cell(text) for text in (
-        run.run, run.purpose, run.parent or "", describe_change(run.change), run.hypothesis, throughput,
-        pct(ranking.relative(value, ranking.baseline)), pct(vs_parent), band, run.gate or "",
-        ranking.run_status(run)))
+    # Purposes and gate verdicts are enums and the numbers are formatted here: the rest is escaped.
+    return "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
+        cell(run.run), run.purpose, cell(run.parent or ""), cell(describe_change(run.change)), cell(run.hypothesis),
+        throughput, pct(ranking.relative(value, ranking.baseline)), pct(vs_parent), band, run.gate or "",
+        cell(ranking.run_status(run)))
+
+
+def chart_data(ranking: Ranking) -> dict:
+    """What the chart shows, as small plain data (it crosses to the process that draws it)."""
+    groups = {"baseline": ([], []), "candidate": ([], []), "leader": ([], [])}
+    for index, run in enumerate(ranking.runs, 1):
+        if run.tokens is None:
+            continue
+        recipe = ranking.recipes[run.recipe]
+        group = "leader" if recipe is ranking.leader else "baseline" if recipe.is_baseline else "candidate"
+        groups[group][0].append(index)
+        groups[group][1].append(run.tokens)
+    return {
+        "groups": groups,
+        "baseline": ranking.baseline.score if ranking.baseline is not None else None,
+        "leader": ranking.leader.score if ranking.leader is not None and not ranking.leader.is_baseline else None,
+        "band": ranking.band,
+        "simulated": any(run.simulated for run in ranking.runs),
+    }
+
+
+def preload_plotting() -> None:
+    """Import matplotlib ahead of time (the slow part of drawing); a missing one is reported later."""
+    try:
+        from matplotlib.backends.backend_agg import FigureCanvasAgg  # noqa: F401
+        from matplotlib.figure import Figure  # noqa: F401
+    except ImportError:
+        pass
 
 
 def draw_chart(ranking: Ranking, path: Path) -> Optional[str]:
     """Draw the throughput chart; return None on success, else why it was not drawn."""
+    return draw(Path(path), chart_data(ranking))
+
+
+def draw(path: Path, data: dict) -> Optional[str]:
+    """Draw ``chart_data`` output to ``path``; return None on success, else why it was not drawn."""
     try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+        from matplotlib.figure import Figure
     except ImportError:
         return "matplotlib is not installed (pip install 'attune[plot]')"
-    xs, ys, colors = [], [], []
-    for index, run in enumerate(ranking.runs, 1):
-        if run.tokens is None:
-            continue
-        xs.append(index)
-        ys.append(run.tokens)
-        recipe = ranking.recipes[run.recipe]
-        colors.append("tab:green" if recipe is ranking.leader else
-                      "tab:gray" if recipe.is_baseline else "tab:blue")
-    if not xs:
+    groups = data["groups"]
+    if not any(xs for xs, _ys in groups.values()):
         return "no rankable run yet"
-    fig, ax = plt.subplots(figsize=(8, 4), dpi=100)
-    ax.scatter(xs, ys, c=colors, s=24, zorder=3)
-    if ranking.baseline is not None and ranking.baseline.score:
-        base = ranking.baseline.score
+    fig = Figure(figsize=(8, 4), dpi=100)
+    FigureCanvasAgg(fig)
+    ax = fig.subplots()
+    for group, color in (("candidate", "tab:blue"), ("baseline", "tab:gray"), ("leader", "tab:green")):
+        xs, ys = groups[group]
+        if xs:  # one plot call per group: a per-point colour scatter is several times slower
+            ax.plot(xs, ys, "o", color=color, markersize=4, label="%s runs" % group, zorder=3)
+    base = data["baseline"]
+    if base:
         ax.axhline(base, color="tab:gray", linewidth=1, label="baseline median")
-        ax.axhspan(base * (1 - ranking.band), base * (1 + ranking.band), color="tab:gray", alpha=0.15,
+        ax.axhspan(base * (1 - data["band"]), base * (1 + data["band"]), color="tab:gray", alpha=0.15,
                    label="noise band")
-    if ranking.leader is not None and not ranking.leader.is_baseline:
-        ax.axhline(ranking.leader.score, color="tab:green", linewidth=1, linestyle="--", label="leader median")
-    title = "tokens/s/GPU over runs"
-    if any(run.simulated for run in ranking.runs):
-        title += " (" + SIMULATED + ")"
-    ax.set_title(title)
+    if data["leader"]:
+        ax.axhline(data["leader"], color="tab:green", linewidth=1, linestyle="--", label="leader median")
+    ax.set_title("tokens/s/GPU over runs" + (" (%s)" % SIMULATED if data["simulated"] else ""))
     ax.set_xlabel("run (launch order)")
     ax.set_ylabel("tokens/s/GPU")
     ax.grid(True, alpha=0.3)
     ax.legend(loc="best", fontsize="small")
-    fig.tight_layout()
+    fig.subplots_adjust(left=0.1, right=0.97, top=0.9, bottom=0.13)
     tmp = path.with_suffix(".tmp.png")
     fig.savefig(tmp)
-    plt.close(fig)
     tmp.replace(path)
     return None

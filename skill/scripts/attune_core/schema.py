@@ -131,27 +131,55 @@ def _type_ok(value, kind):
     return _checker(kind)(value)
 
 
-def check_fields(kinds, kind, row, envelope=("schema_version", "campaign", "seq", "ts", "kind", "prev")):
-    """Raise ``ValueError`` naming the first problem of ``row`` against ``kinds[kind]``."""
-    if kind not in kinds:
-        raise ValueError("unknown kind %r (known: %s)" % (kind, ", ".join(sorted(kinds))))
+_ENVELOPE = ("schema_version", "campaign", "seq", "ts", "kind", "prev")
+_PY_TYPES = {"str": (str,), "int": (int,), "number": (int, float), "bool": (bool,), "list": (list,),
+             "list[str]": (list,), "object": (dict,)}
+_COMPILED = {}
+
+
+def _compile(kinds, kind):
+    """Per kind: the required and allowed field names, and per field the exact Python types
+    accepted (``type(value) in types``, so a bool is never taken for an int) plus, for enums and
+    ``list[str]``, the predicate that must also hold."""
     required, optional = kinds[kind]
-    for field, ftype in required.items():
-        if field not in row:
-            raise ValueError("%s row is missing field %r" % (kind, field))
-        if not _type_ok(row[field], ftype):
-            raise ValueError("%s row field %r must be %s, not %r" % (kind, field, ftype, row[field]))
-    for field, value in row.items():
-        if field in required or field in envelope:
+    types, extra = {}, {}
+    for field, ftype in list(required.items()) + list(optional.items()):
+        base = ftype[:-1] if ftype.endswith("?") else ftype
+        if base == "any":
             continue
-        if field not in optional:
-            raise ValueError("%s row has unknown field %r" % (kind, field))
-        if not _type_ok(value, optional[field]):
-            raise ValueError("%s row field %r must be %s, not %r" % (kind, field, optional[field], value))
-    if kind == "charge" and row["gpu_seconds"] < 0:
-        raise ValueError("charge row gpu_seconds must not be negative")
-    if kind == "charge" and (row["seconds"] < 0 or row["gpus"] < 0):
-        raise ValueError("charge row seconds and gpus must not be negative")
+        accepted = _PY_TYPES.get("str" if base.startswith("enum:") else base)
+        assert accepted is not None, "unknown schema type %r" % ftype
+        types[field] = frozenset(accepted + ((type(None),) if ftype.endswith("?") else ()))
+        if base.startswith("enum:") or base == "list[str]":
+            extra[field] = _checker(ftype)
+    compiled = (frozenset(required), frozenset(required) | frozenset(optional) | frozenset(_ENVELOPE),
+                types, extra, dict(required, **optional))
+    _COMPILED[(id(kinds), kind)] = compiled
+    return compiled
+
+
+def check_fields(kinds, kind, row):
+    """Raise ``ValueError`` naming the first problem of ``row`` against ``kinds[kind]``."""
+    compiled = _COMPILED.get((id(kinds), kind))
+    if compiled is None:
+        if kind not in kinds:
+            raise ValueError("unknown kind %r (known: %s)" % (kind, ", ".join(sorted(kinds))))
+        compiled = _compile(kinds, kind)
+    required, allowed, types, extra, declared = compiled
+    keys = row.keys()
+    if not required <= keys:
+        missing = sorted(required - set(keys))
+        raise ValueError("%s row is missing field %r" % (kind, missing[0]))
+    if not keys <= allowed:
+        unknown = sorted(set(keys) - allowed)
+        raise ValueError("%s row has unknown field %r" % (kind, unknown[0]))
+    for field, accepted in types.items():
+        if field in row:
+            value = row[field]
+            if type(value) not in accepted or (field in extra and not extra[field](value)):
+                raise ValueError("%s row field %r must be %s, not %r" % (kind, field, declared[field], value))
+    if kind == "charge" and (row["gpu_seconds"] < 0 or row["seconds"] < 0 or row["gpus"] < 0):
+        raise ValueError("charge row gpu_seconds, seconds and gpus must not be negative")
 
 
 def check_metrics(metrics):

@@ -17,7 +17,7 @@ from attune_core.errors import CheckFailed, InputError
 
 def state(b):
     ranked = ranking_mod.build(b.campaign.ledger.rows())
-    return budget_mod.state(b.settings, ranked, b.campaign.gpu_log.rows())
+    return budget_mod.state(b.settings, ranked, budget_mod.total_gpu_seconds(b.campaign.gpu_log.rows()))
 
 
 charges = st.lists(st.tuples(st.sampled_from(["r1", "r2", "r3"]), st.integers(0, 512),

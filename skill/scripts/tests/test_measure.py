@@ -14,6 +14,9 @@ def test_score_uses_the_median_step_time_of_the_window():
     steps = [9000.0] * 4 + [1000.0 + 10 * i for i in range(15)] + [5000.0]  # warm-up and exit outside 5..19
     score = score_run("finished", metrics(steps, gbs=256, seq=4096, gpus=64))
     assert score.rankable and score.steps == 15
+    sizes = {"global_batch_size": 256, "seq_length": 4096, "gpus": 64}
+    from attune_core import measure as m
+    assert m._score_clean_run(metrics(steps, gbs=256, seq=4096, gpus=64), sizes, (5, 19)) == score
     assert score.step_time_s == pytest.approx(1.070)
     assert score.tokens_per_s_per_gpu == pytest.approx(256 * 4096 / (1.070 * 64))
     assert score.step_min_s == pytest.approx(1.0) and score.step_max_s == pytest.approx(1.14)
@@ -68,3 +71,31 @@ def test_non_finite_round_trip():
         back = to_float(encode_float(value))
         assert (math.isnan(back) and math.isnan(value)) or back == value
     assert to_float(None) is None and to_float(True) is None and to_float("x") is None
+
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from attune_core import measure  # noqa: E402
+
+values = st.one_of(st.floats(allow_nan=True, allow_infinity=True, width=32), st.integers(-2, 5000),
+                   st.none(), st.sampled_from(["nan", "inf", "-inf", "x"]))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(1, 22), st.data())
+def test_fast_path_agrees_with_the_careful_path(count, data):
+    def column(elements):
+        return data.draw(st.lists(elements, min_size=count, max_size=count))
+    numbers = list(range(1, count + 1))
+    if data.draw(st.booleans()):
+        numbers = column(st.integers(0, 22))
+    metrics = {"global_batch_size": 8, "seq_length": 128, "gpus": 2, "iter": numbers,
+               "step_ms": column(st.one_of(st.floats(0.5, 5000), values)),
+               "loss": column(st.one_of(st.floats(0, 12), values)),
+               "skipped": column(st.sampled_from([0, 0, 0, 1])), "nan": column(st.sampled_from([0, 0, 0, 1]))}
+    sizes = {"global_batch_size": 8, "seq_length": 128, "gpus": 2}
+    fast = measure._score_clean_run(metrics, sizes, (5, 19))
+    careful = measure._score_careful(metrics, sizes, (5, 19))
+    if fast is not None:
+        assert fast == careful
