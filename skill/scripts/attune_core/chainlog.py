@@ -42,9 +42,15 @@ def _refuse_constant(name):
 
 
 def loads(data):
-    """Parse one row strictly: NaN and infinities are refused whichever parser runs."""
+    """Parse one row strictly: NaN and infinities are refused whichever parser runs.
+
+    Where orjson refuses a row the standard library is asked too, so both readers accept exactly
+    the same files (the hooks read with the standard library only)."""
     if _fast_loads is not None:
-        return _fast_loads(data)
+        try:
+            return _fast_loads(data)
+        except ValueError:
+            pass
     return json.loads(data, parse_constant=_refuse_constant)
 
 SCHEMA_VERSION = 1
@@ -59,7 +65,7 @@ def utc_now() -> str:
     return now.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
-_TS_RE = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z$")
+_TS_RE = re.compile(r"\d{4}-(0[1-9]|1[0-2])-(0[1-9]|[12]\d|3[01])T([01]\d|2[0-3]):[0-5]\d:[0-5]\d\.\d{6}Z\Z")
 
 
 def check_ts(text) -> None:
@@ -79,7 +85,16 @@ def sha256_hex(data: bytes) -> str:
 
 
 def encode_row(row: dict) -> bytes:
-    """The exact bytes of a row (no newline). Strict JSON: NaN and infinities are refused."""
+    """The exact bytes of a row (no newline). Strict JSON: NaN and infinities are refused, and so
+    is text that is not valid Unicode (a lone surrogate), which not every JSON reader accepts."""
+    try:
+        text = json.dumps(row, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    except ValueError as exc:  # NaN or infinity
+        raise InputError("refusing to write a row: %s; write non-finite metrics as \"nan\", \"inf\"" % exc)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise InputError("refusing to write a row: a text field is not valid Unicode (%s)" % exc.reason)
     return json.dumps(row, ensure_ascii=True, separators=(",", ":"), allow_nan=False).encode("ascii")
 
 
@@ -93,12 +108,13 @@ class VerifyReport(object):
         self.warnings = []
         self.torn_tail_bytes = 0
         self.parsed = []  # the rows verified, in file order
+        self.first_seq = 0  # seq of parsed[0]: above 0 when a verified prefix was skipped
         self._count = None
 
     @property
     def rows(self) -> int:
         """The number of rows verified (before the first bad one, if any)."""
-        return len(self.parsed) if self._count is None else self._count
+        return self.first_seq + len(self.parsed) if self._count is None else self._count
 
     def without_rows(self):
         """This report with the parsed rows dropped (cheap to pass between processes)."""
@@ -206,18 +222,24 @@ class ChainLog(object):
         return head
 
     # ------------------------------------------------------------------ verify
-    def verify(self) -> VerifyReport:
-        """Check every row, the chain and the head; stop at the first integrity problem."""
+    def verify(self, data: bytes = None, resume: tuple = None) -> VerifyReport:
+        """Check every row, the chain and the head; stop at the first integrity problem.
+
+        ``data`` is the file's bytes when the caller has read them already. ``resume`` is
+        ``(offset, rows, prev, campaign)`` for a prefix of ``data`` the caller has verified
+        before and proved unchanged (by its SHA-256): only the rows after ``offset`` are checked
+        (and returned in ``parsed``), chained on from ``prev``."""
         report = VerifyReport(self.path)
-        lines, torn = self.split(self.read_bytes())
+        data = self.read_bytes() if data is None else data
+        offset, start, prev, campaign = resume if resume is not None else (0, 0, GENESIS_PREV, None)
+        report.first_seq = start
+        lines, torn = self.split(data[offset:] if offset else data)
         report.torn_tail_bytes = len(torn)
-        prev = GENESIS_PREV
-        campaign = None
         validate = self._validate
         parsed = report.parsed
         ts_ok = _TS_RE.match
         sha256 = hashlib.sha256
-        for index, line in enumerate(lines):
+        for index, line in enumerate(lines, start):
             try:
                 row = loads(line)
             except ValueError:
@@ -247,7 +269,11 @@ class ChainLog(object):
                 campaign = row["campaign"]
             prev = sha256(line).hexdigest()
             parsed.append(row)
-        self._check_head(report, lines)
+        def line_at(seq):
+            if seq >= start:
+                return lines[seq - start]
+            return self.split(data[:offset])[0][seq]  # rare: the head lags behind the cached prefix
+        self._check_head(report, start + len(lines), line_at)
         if torn:
             report.warnings.append(
                 "torn final line of %d bytes (a writer stopped mid-append); the next append "
@@ -277,9 +303,8 @@ class ChainLog(object):
             return str(exc)
         return None
 
-    def _check_head(self, report, lines):
+    def _check_head(self, report, count, line_at):
         head = self.read_head()
-        count = len(lines)
         if head is None:
             if count:
                 report.fail(count, count - 1, "head record %s is missing" % os.path.basename(self.head_path))
@@ -292,7 +317,7 @@ class ChainLog(object):
             report.fail(count, None, "the head records seq %d but the log ends at seq %d: rows were removed"
                         % (seq, count - 1))
             return
-        if sha256_hex(lines[seq]) != head["sha256"]:
+        if sha256_hex(line_at(seq)) != head["sha256"]:
             report.fail(seq + 1, seq, "row changed since it was written (its SHA-256 differs from the head record)")
             return
         if seq < count - 1:
@@ -365,6 +390,11 @@ class ChainLog(object):
                                      % (self.path, last_row["campaign"], campaign))
             campaign = last_row["campaign"]
             seq, prev = last_row["seq"] + 1, sha256_hex(last_bytes)
+        if ts is not None:
+            try:
+                check_ts(ts)
+            except ValueError as exc:
+                raise InputError("refusing to append to %s: %s" % (self.path, exc))
         row = {"schema_version": SCHEMA_VERSION, "campaign": campaign, "seq": seq,
                "ts": ts or utc_now(), "kind": kind, "prev": prev}
         row.update(payload)

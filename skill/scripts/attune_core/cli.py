@@ -49,8 +49,8 @@ def _dir(args) -> Path:
     return campaign_mod.resolve_dir(args.campaign)
 
 
-def _snapshot(args):
-    return snapshot_mod.take(_dir(args), config_file=getattr(args, "config", None))
+def _snapshot(args, use_cache: bool = False):
+    return snapshot_mod.take(_dir(args), config_file=getattr(args, "config", None), use_cache=use_cache)
 
 
 # ---------------------------------------------------------------------------------------- verbs
@@ -106,7 +106,7 @@ def cmd_rank(args) -> int:
         chart_job = Background(results_mod.draw, directory / campaign_mod.CHART, wants_message=True,
                                prepare=results_mod.preload_plotting)
     try:
-        snap = _snapshot(args)
+        snap = _snapshot(args, use_cache=True)
     except BaseException:
         if chart_job is not None:
             chart_job.cancel()
@@ -164,7 +164,7 @@ def _record_leader(snap):
 
 @verb("status", "one screen: budget, leader, band, runs in flight, last results, next steps, stop state")
 def cmd_status(args) -> int:
-    snap = _snapshot(args)
+    snap = _snapshot(args, use_cache=True)
     info = status_mod.collect(snap)
     _emit(args, info, status_mod.render(info, snap.budget.describe()))
     return EXIT_OK

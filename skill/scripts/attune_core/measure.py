@@ -12,9 +12,8 @@ iteration was skipped (``skipped`` or ``nan`` above zero).
 
 from __future__ import annotations
 
-import dataclasses
 import math
-from typing import Optional
+from typing import NamedTuple, Optional
 
 NON_FINITE = {"nan": float("nan"), "inf": float("inf"), "-inf": float("-inf")}
 
@@ -39,8 +38,9 @@ def encode_float(value: float):
     return value
 
 
-@dataclasses.dataclass(frozen=True)
-class RunScore:
+class RunScore(NamedTuple):
+    """A run's score, or why it has none. A tuple: cheap to build and to pass between processes."""
+
     rankable: bool
     why: str  # empty when rankable
     tokens_per_s_per_gpu: Optional[float] = None
@@ -52,7 +52,7 @@ class RunScore:
     steps: int = 0
 
     def as_dict(self) -> dict:
-        return dataclasses.asdict(self)
+        return self._asdict()
 
 
 def not_rankable(why: str) -> RunScore:

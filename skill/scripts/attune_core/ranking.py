@@ -21,7 +21,7 @@ import json
 import statistics
 from typing import Optional
 
-from .chainlog import ENVELOPE
+from .chainlog import ENVELOPE, loads
 from .measure import RunScore, score_run
 
 
@@ -167,8 +167,33 @@ def _sort_key(run: RunView):
     return (run.launch_ts, run.run)
 
 
-def build(rows, window=(5, 19), noise_floor=0.01, baseline_repeats=3) -> Ranking:
-    """Rank the campaign described by ``rows`` (ledger rows, in any order)."""
+def score_results(rows, window=(5, 19)) -> dict:
+    """Score every result row: ``{seq: RunScore}`` (what ``build`` needs from the metrics)."""
+    return {row["seq"]: score_run(row["status"], row.get("metrics"), window, row.get("failure"))
+            for row in rows if row.get("kind") == "result"}
+
+
+def score_ledger_bytes(data: bytes, window=(5, 19), first_seq: int = 0) -> dict:
+    """``score_results`` straight from the ledger file's bytes (run in a child process while the
+    parent verifies the same bytes). Only rows this module's writer encoded (``"kind":"result"``)
+    are scored here; ``build`` scores any other itself."""
+    out = {}
+    for index, line in enumerate(data.split(b"\n")[:-1], first_seq):
+        if b'"kind":"result"' in line:
+            try:
+                row = loads(line)
+            except ValueError:
+                continue
+            if type(row) is dict and row.get("kind") == "result" and row.get("seq") == index:
+                out[index] = score_run(row.get("status"), row.get("metrics"), window, row.get("failure"))
+    return out
+
+
+def build(rows, window=(5, 19), noise_floor=0.01, baseline_repeats=3, scores=None) -> Ranking:
+    """Rank the campaign described by ``rows`` (ledger rows, in any order).
+
+    ``scores`` is ``score_results(rows, window)`` when the caller computed it already (in
+    parallel); it must come from these very rows."""
     warnings = []
     by_kind = {"launch": [], "result": [], "gate": [], "stop": []}
     for row in rows:
@@ -212,7 +237,9 @@ def build(rows, window=(5, 19), noise_floor=0.01, baseline_repeats=3) -> Ranking
         run.failure = row.get("failure")
         run.result_ts = row["ts"]
         run.simulated = run.simulated or bool(row.get("simulated", False))
-        run.score = score_run(row["status"], row.get("metrics"), window, row.get("failure"))
+        score = scores.get(row["seq"]) if scores is not None else None
+        run.score = score if score is not None else score_run(row["status"], row.get("metrics"), window,
+                                                                 row.get("failure"))
     for run_id, gate_rows in gates.items():
         run = runs.get(run_id)
         if run is None:

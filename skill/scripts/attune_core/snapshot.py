@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 from pathlib import Path
 
 from . import budget as budget_mod
+from . import measure
 from . import ranking as ranking_mod
+from . import viewcache
 from .background import Background
 from .campaign import INTEGRITY_VIOLATION, Campaign
 from .chainlog import VerifyReport
@@ -37,10 +40,11 @@ def _verify_gpu_log(campaign: Campaign) -> tuple:
     return report.without_rows(), total, first
 
 
-def _check(ledger_report: VerifyReport, gpu: tuple) -> None:
+def _check(ledger_report: VerifyReport, gpu: tuple, ledger_id=None) -> None:
     gpu_report, _total, gpu_campaign = gpu
     broken = [report.summary() for report in (ledger_report, gpu_report) if not report.ok]
-    ledger_id = ledger_report.parsed[0]["campaign"] if ledger_report.parsed else None
+    if ledger_id is None and ledger_report.parsed:
+        ledger_id = ledger_report.parsed[0]["campaign"]
     if gpu_campaign and ledger_id and gpu_campaign != ledger_id:
         broken.append("gpu_hours.jsonl belongs to campaign %r but ledger.jsonl to %r" % (gpu_campaign, ledger_id))
     if broken:
@@ -56,15 +60,45 @@ def verify(campaign: Campaign) -> tuple:
     return ledger_report, gpu[0]
 
 
-def take(campaign_dir, env=None, config_file=None) -> Snapshot:
+PARALLEL_SCORING_BYTES = 4 << 20  # score new rows in a child only when there is this much to read
+
+
+def take(campaign_dir, env=None, config_file=None, use_cache: bool = False) -> Snapshot:
+    """Verify and rank the campaign. ``use_cache`` (views only: status, rank) skips the prefix of
+    the ledger that the view cache proves unchanged; shipping never passes it (viewcache.py)."""
     campaign = Campaign(Path(campaign_dir))
     campaign.require_ledger()
-    gpu_job = Background(_verify_gpu_log, campaign)  # on the second core while the ledger is read
-    ledger_report = campaign.ledger.verify()
-    gpu = gpu_job.result()
-    _check(ledger_report, gpu)
     settings = campaign.settings(env, config_file)
-    rows = ledger_report.parsed
-    ranking = ranking_mod.build(rows, settings.window, settings.noise_floor, settings.baseline_repeats)
+    data = campaign.ledger.read_bytes()
+    cached = viewcache.load(campaign.dir, data, settings.window) if use_cache else None
+    offset = cached["size"] if cached else 0
+    resume = (offset, cached["count"], cached["prev"], cached["campaign"]) if cached else None
+    # On a second core, while this process verifies the ledger: the GPU-hour log is verified and,
+    # when there is much to read, the runs are scored from the very bytes being verified.
+    gpu_job = Background(_verify_gpu_log, campaign)
+    score_job = None
+    if len(data) - offset > PARALLEL_SCORING_BYTES:
+        score_job = Background(ranking_mod.score_ledger_bytes, data[offset:], settings.window,
+                               cached["count"] if cached else 0)
+    ledger_report = campaign.ledger.verify(data, resume)
+    gpu = gpu_job.result()
+    new_scores = score_job.result() if score_job is not None else {}
+    _check(ledger_report, gpu, cached["campaign"] if cached else None)
+    new_rows = ledger_report.parsed
+    for row in new_rows:
+        if row["kind"] == "result" and row["seq"] not in new_scores:
+            new_scores[row["seq"]] = measure.score_run(row["status"], row.get("metrics"), settings.window,
+                                                       row.get("failure"))
+    rows = (cached["rows"] + new_rows) if cached else new_rows
+    scores = cached["scores"] if cached else {}
+    scores.update(new_scores)
+    if use_cache and new_rows:
+        complete = len(data) - ledger_report.torn_tail_bytes
+        slim_rows = (cached["rows"] if cached else []) + [
+            viewcache.slim(row, new_scores.get(row["seq"])) for row in new_rows]
+        last_line = data[data.rfind(b"\n", 0, complete - 1) + 1:complete - 1]
+        viewcache.save(campaign.dir, data, complete, slim_rows, hashlib.sha256(last_line).hexdigest(),
+                       rows[0]["campaign"], settings.window)
+    ranking = ranking_mod.build(rows, settings.window, settings.noise_floor, settings.baseline_repeats, scores)
     budget = budget_mod.state(settings, ranking, gpu[1])
     return Snapshot(campaign, settings, rows, gpu[1], ranking, budget, ledger_report, gpu[0])
