@@ -26,6 +26,7 @@ class Snapshot:
     budget: budget_mod.BudgetState
     ledger_report: VerifyReport
     gpu_report: VerifyReport
+    reused_rows: int = 0  # rows of a prefix proved unchanged by the view cache, not re-read
 
     @property
     def violation(self) -> bool:
@@ -101,4 +102,5 @@ def take(campaign_dir, env=None, config_file=None, use_cache: bool = False) -> S
                        rows[0]["campaign"], settings.window)
     ranking = ranking_mod.build(rows, settings.window, settings.noise_floor, settings.baseline_repeats, scores)
     budget = budget_mod.state(settings, ranking, gpu[1])
-    return Snapshot(campaign, settings, rows, gpu[1], ranking, budget, ledger_report, gpu[0])
+    return Snapshot(campaign, settings, rows, gpu[1], ranking, budget, ledger_report, gpu[0],
+                    cached["count"] if cached else 0)

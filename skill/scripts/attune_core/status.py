@@ -44,7 +44,9 @@ def collect(snapshot: Snapshot) -> dict:
         "campaign": snapshot.campaign.id,
         "dir": str(snapshot.campaign.dir),
         "integrity": {
-            "ledger": snapshot.ledger_report.summary(),
+            "ledger": snapshot.ledger_report.summary() + (
+                " (%d of them a prefix the view cache proved unchanged)" % snapshot.reused_rows
+                if snapshot.reused_rows else ""),
             "gpu_hours": snapshot.gpu_report.summary(),
             "violation_recorded": snapshot.violation,
         },

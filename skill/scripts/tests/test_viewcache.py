@@ -21,6 +21,7 @@ def fixture_copy(tmp_path):
 def view(directory, use_cache):
     snap = snapshot.take(directory, use_cache=use_cache)
     info = status.collect(snap)
+    info["integrity"]["ledger"] = info["integrity"]["ledger"].split(" (")[0]
     return json.dumps(info, sort_keys=True, default=str), snap
 
 
@@ -34,7 +35,7 @@ def test_cached_and_uncached_views_agree_as_rows_are_appended(tmp_path):
     campaign.append("result", run="r010", status="failed", failure={"class": "oom"})
     campaign.append("note", text="more")
     cached, snap = view(directory, True)
-    assert snap.ledger_report.first_seq > 0, "only the new rows were verified"
+    assert snap.reused_rows == len(Campaign(directory).ledger.rows()) - 2, "only the new rows were verified"
     assert cached == view(directory, False)[0]
     assert cached == view(directory, True)[0]
 
