@@ -136,6 +136,7 @@ def cmd_rank(args) -> int:
                                       campaign_note)
     if args.dry_run:
         sys.stdout.write(text)
+        snap.finish()
         return EXIT_OK
     report_mod._atomic_write(directory / campaign_mod.RESULTS, text.encode("utf-8"))
     lead = ranking.leader
@@ -145,6 +146,7 @@ def cmd_rank(args) -> int:
     _emit(args, data, "results: %s\nchart: %s\nleader: %s\nband: %.4f%s" % (
         data["results"], data["chart"] or "not drawn (%s)" % note, data["leader"] or "none", ranking.band,
         "\nleader_recorded: yes" if recorded else ""))
+    snap.finish()
     return EXIT_OK
 
 
@@ -167,6 +169,7 @@ def cmd_status(args) -> int:
     snap = _snapshot(args, use_cache=True)
     info = status_mod.collect(snap)
     _emit(args, info, status_mod.render(info, snap.budget.describe()))
+    snap.finish()
     return EXIT_OK
 
 

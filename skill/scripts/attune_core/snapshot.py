@@ -10,7 +10,7 @@ from . import budget as budget_mod
 from . import measure
 from . import ranking as ranking_mod
 from . import viewcache
-from .background import Background
+from .background import Background, BackgroundError
 from .campaign import INTEGRITY_VIOLATION, Campaign
 from .chainlog import VerifyReport
 from .errors import IntegrityError
@@ -27,6 +27,16 @@ class Snapshot:
     ledger_report: VerifyReport
     gpu_report: VerifyReport
     reused_rows: int = 0  # rows of a prefix proved unchanged by the view cache, not re-read
+    cache_job: object = None
+
+    def finish(self) -> None:
+        """Wait for the view cache to be written (it is written in the background)."""
+        if self.cache_job is not None:
+            job, self.cache_job = self.cache_job, None
+            try:
+                job.result()
+            except BackgroundError:
+                pass  # best effort: the next view verifies everything and writes it again
 
     @property
     def violation(self) -> bool:
@@ -93,14 +103,19 @@ def take(campaign_dir, env=None, config_file=None, use_cache: bool = False) -> S
     rows = (cached["rows"] + new_rows) if cached else new_rows
     scores = cached["scores"] if cached else {}
     scores.update(new_scores)
-    if use_cache and new_rows:
-        complete = len(data) - ledger_report.torn_tail_bytes
-        slim_rows = (cached["rows"] if cached else []) + [
-            viewcache.slim(row, new_scores.get(row["seq"])) for row in new_rows]
-        last_line = data[data.rfind(b"\n", 0, complete - 1) + 1:complete - 1]
-        viewcache.save(campaign.dir, data, complete, slim_rows, hashlib.sha256(last_line).hexdigest(),
-                       rows[0]["campaign"], settings.window)
+    cache_job = None
+    if use_cache and new_rows:  # written by a child while this process ranks; joined by finish()
+        cache_job = Background(_save_view, campaign.dir, data, len(data) - ledger_report.torn_tail_bytes,
+                               cached["rows"] if cached else [], new_rows, new_scores, rows[0]["campaign"],
+                               settings.window)
     ranking = ranking_mod.build(rows, settings.window, settings.noise_floor, settings.baseline_repeats, scores)
     budget = budget_mod.state(settings, ranking, gpu[1])
     return Snapshot(campaign, settings, rows, gpu[1], ranking, budget, ledger_report, gpu[0],
-                    cached["count"] if cached else 0)
+                    cached["count"] if cached else 0, cache_job)
+
+
+def _save_view(directory, data, complete, cached_rows, new_rows, scores, campaign_id, window) -> bool:
+    slim_rows = cached_rows + [viewcache.slim(row, scores.get(row["seq"])) for row in new_rows]
+    last_line = data[data.rfind(b"\n", 0, complete - 1) + 1:complete - 1]
+    return viewcache.save(directory, data, complete, slim_rows, hashlib.sha256(last_line).hexdigest(),
+                          campaign_id, window)

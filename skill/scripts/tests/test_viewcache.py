@@ -20,6 +20,7 @@ def fixture_copy(tmp_path):
 
 def view(directory, use_cache):
     snap = snapshot.take(directory, use_cache=use_cache)
+    snap.finish()
     info = status.collect(snap)
     info["integrity"]["ledger"] = info["integrity"]["ledger"].split(" (")[0]
     return json.dumps(info, sort_keys=True, default=str), snap
