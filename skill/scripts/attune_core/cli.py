@@ -50,7 +50,8 @@ def _dir(args) -> Path:
 
 
 def _snapshot(args, use_cache: bool = False):
-    return snapshot_mod.take(_dir(args), config_file=getattr(args, "config", None), use_cache=use_cache)
+    return snapshot_mod.take(_dir(args), config_file=getattr(args, "config", None), use_cache=use_cache,
+                             save_cache=not getattr(args, "dry_run", False))
 
 
 # ---------------------------------------------------------------------------------------- verbs

@@ -74,7 +74,7 @@ def verify(campaign: Campaign) -> tuple:
 PARALLEL_SCORING_BYTES = 4 << 20  # score new rows in a child only when there is this much to read
 
 
-def take(campaign_dir, env=None, config_file=None, use_cache: bool = False) -> Snapshot:
+def take(campaign_dir, env=None, config_file=None, use_cache: bool = False, save_cache: bool = True) -> Snapshot:
     """Verify and rank the campaign. ``use_cache`` (views only: status, rank) skips the prefix of
     the ledger that the view cache proves unchanged; shipping never passes it (viewcache.py)."""
     campaign = Campaign(Path(campaign_dir))
@@ -104,7 +104,7 @@ def take(campaign_dir, env=None, config_file=None, use_cache: bool = False) -> S
     scores = cached["scores"] if cached else {}
     scores.update(new_scores)
     cache_job = None
-    if use_cache and new_rows:  # written by a child while this process ranks; joined by finish()
+    if use_cache and save_cache and new_rows:  # written by a child while this process ranks; joined by finish()
         cache_job = Background(_save_view, campaign.dir, data, len(data) - ledger_report.torn_tail_bytes,
                                cached["rows"] if cached else [], new_rows, new_scores, rows[0]["campaign"],
                                settings.window)

@@ -33,6 +33,7 @@ def test_dry_run_prints_and_writes_nothing(tmp_path, capsys):
     assert cli.main(["rank", "--campaign", str(campaign), "--dry-run"]) == 0
     assert capsys.readouterr().out.startswith("# Results: campaign test-fixture-20261102")
     assert not (campaign / "RESULTS.md").exists()
+    assert not (campaign / ".attune" / "cache").exists()
 
 
 def test_chart_is_drawn_when_matplotlib_is_installed(tmp_path):
