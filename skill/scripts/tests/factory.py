@@ -104,6 +104,14 @@ class Builder(object):
         self.campaign.charge(run, gpus, seconds, ts=ts)
         return self.campaign.append("result", ts=ts, **payload)
 
+    def baseline(self, runs=3, step=1000.0):
+        """The baseline run r001 and its repeats r002.., all finished at ``step`` ms per iteration."""
+        self.launch("r001", "baseline", "base")
+        self.result("r001", step)
+        for index in range(2, runs + 1):
+            self.launch("r%03d" % index, "repeat", "base", parent="r001")
+            self.result("r%03d" % index, step)
+
     def gate(self, run, verdict="pass", against="r001", reasons=None):
         payload = {"run": run, "verdict": verdict, "against": against}
         if reasons:

@@ -22,11 +22,7 @@ def rank(builder, **kwargs):
 
 
 def baseline(b, runs=3, step=1000.0):
-    b.launch("r001", "baseline", "base")
-    b.result("r001", step)
-    for index in range(2, runs + 1):
-        b.launch("r%03d" % index, "repeat", "base", parent="r001")
-        b.result("r%03d" % index, step)
+    b.baseline(runs, step)
 
 
 def test_band_waits_for_baseline_repeats(tmp_path):

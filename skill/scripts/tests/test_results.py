@@ -59,12 +59,7 @@ def test_page_renders_without_matplotlib(tmp_path, monkeypatch):
 
 def test_rank_records_a_new_leader_once(tmp_path):
     b = Builder(tmp_path / "c")
-    b.launch("r001", "baseline", "base")
-    b.result("r001", 1000.0)
-    b.launch("r002", "repeat", "base", parent="r001")
-    b.result("r002", 1000.0)
-    b.launch("r003", "repeat", "base", parent="r001")
-    b.result("r003", 1000.0)
+    b.baseline()
     directory = str(b.campaign.dir)
     assert cli.main(["rank", "--campaign", directory, "--no-chart"]) == 0
     assert cli.main(["rank", "--campaign", directory, "--no-chart"]) == 0
