@@ -20,6 +20,7 @@ from pathlib import Path
 
 from . import budget as budget_mod
 from . import campaign as campaign_mod
+from . import logparse
 from . import report as report_mod
 from . import results as results_mod
 from . import settings as settings_mod
@@ -225,6 +226,25 @@ def cmd_note(args) -> int:
     return EXIT_OK
 
 
+@verb("metrics", "parse a training log (Megatron-LM, Megatron-Bridge, slime) into steps, memory, timers, "
+                 "slime records and failures")
+def cmd_metrics(args) -> int:
+    path = Path(args.log)
+    if not path.is_file():
+        raise InputError("%s: no such log file. Fix: give the path of a run's log" % path)
+    parsed = logparse.parse_file(path)
+    steps = parsed["steps"]
+    lines = ["log: %s" % path, "format: %s" % (parsed["format"] or "unknown (no record recognised)"),
+             "steps: %d%s" % (len(steps), " (iterations %d-%d)" % (steps[0]["step"], steps[-1]["step"]) if steps else ""),
+             "memory_reports: %d" % len(parsed["memory"]), "timer_blocks: %d" % len(parsed["timers"]),
+             "bridge_steps: %d" % len(parsed["bridge_steps"]), "slime_records: %d" % len(parsed["perf"])]
+    lines += ["failure: %s at line %d: %s" % (f["kind"], f["line_no"], f["line"].strip()[:200])
+              for f in parsed["failures"]]
+    lines += ["warning: %s" % warning for warning in parsed["warnings"]]
+    _emit(args, parsed, "\n".join(lines))
+    return EXIT_OK
+
+
 @verb("report", "write REPORT.md, and recipe.yaml when every pre-ship check passes (exit 1 when refused)")
 def cmd_report(args) -> int:
     snap = _snapshot(args)
@@ -276,6 +296,8 @@ def build_parser() -> argparse.ArgumentParser:
         elif name == "stop":
             p.add_argument("--reason", required=True, help="why nothing left is expected to clear the band")
             p.add_argument("--evidence", nargs="+", required=True, metavar="RUN", help="the runs considered")
+        elif name == "metrics":
+            p.add_argument("log", help="the log file (any size: it is read line by line)")
         elif name == "note":
             p.add_argument("text", help="the note")
             p.add_argument("--run", help="the run the note is about")

@@ -17,7 +17,7 @@ from factory import Builder
 from attune_core import cli
 from attune_core.errors import EXIT_CODES
 
-VERBS = ["init", "settings", "verify", "rank", "status", "budget", "stop", "note", "report"]
+VERBS = ["init", "settings", "verify", "rank", "status", "budget", "stop", "note", "metrics", "report"]
 
 
 @pytest.fixture(scope="module")
@@ -210,3 +210,14 @@ def test_gpu_log_of_another_campaign_is_an_integrity_error(tmp_path):
     ChainLog(campaign / "gpu_hours.jsonl").append(
         "charge", {"run": "r001", "gpus": 1, "seconds": 1.0, "gpu_seconds": 1}, campaign="someone-else")
     assert cli.main(["status", "--campaign", str(campaign)]) == 3
+
+
+def test_metrics_verb_on_a_real_log(readonly_tree):
+    log = DATA / "logs" / "A_iteration" / "mlm602_fp16_skipped.log"
+    proc = run(readonly_tree, "metrics", str(log))
+    assert proc.returncode == 0, proc.stderr
+    assert "steps: 4 (iterations 1-4)" in proc.stdout and "memory_reports: 1" in proc.stdout
+    proc = run(readonly_tree, "metrics", str(log), "--json")
+    parsed = json.loads(proc.stdout)
+    assert [step["elapsed_ms"] for step in parsed["steps"]] == [5801.1, 1152.3, 1118.1, 1119.8]
+    assert run(readonly_tree, "metrics", "/nonexistent.log").returncode == 2

@@ -1,0 +1,250 @@
+"""Parse a training log into steps, memory reports, timers, slime records and failures.
+
+Formats (facts in the project's reference on Megatron-LM, Megatron-Bridge and slime logs):
+
+* Megatron-LM iteration lines (`` iteration N/ M | name: value | ...``), with or without a
+  ``[timestamp]``, behind any prefix (srun labels, Ray actor tags, grep line numbers); every
+  ``... loss`` field, ``nan``/``inf`` grad norms, skipped and nan counts, old and new number formats.
+* Megatron-LM memory reports (``[Rank R] (after N iterations) memory (MB) | allocated: ...``).
+* Megatron-LM timers: the ``(min, max) time across ranks (ms):`` block and the one-line
+  ``time (ms) | name: v | ...`` form.
+* Megatron-Bridge ``Step Time : 12.78s GPU utilization: 528.1MODEL_TFLOP/s/GPU`` lines.
+* slime ``step N: {...}``, ``perf N: {...}`` and ``rollout N: {...}`` lines (Python repr dicts, bare
+  ``nan``/``inf``, Ray ``(Actor pid=...)`` prefixes).
+* Failures: CUDA out of memory (old and new texts, Ray-wrapped), Ray's host-memory killer, a
+  container ``OOMKilled``, NCCL watchdog timeouts, assertion errors.
+
+The log is read line by line (bounded memory for any size). A value the line does not print is
+``None``, never a guess; a line that looks like a record but cannot be read becomes a warning
+that names the line. Nothing here raises on bad input.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from typing import Iterable, Optional
+
+_ITERATION = re.compile(r"(?:\[(?P<ts>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)?)\]\s*)?"
+                        r"iteration\s+(?P<it>\d+)\s*/\s*(?P<total>\d+)\s*\|(?P<rest>.*)$")
+_MEMORY = re.compile(r"\[Rank (?P<rank>\d+)\] \(after (?P<after>\d+) iterations\) memory \(MB\)\s*\|(?P<rest>.*)$")
+_TIMER_BLOCK = "(min, max) time across ranks (ms):"
+_TIMER_ROW = re.compile(r"^\s+(?P<name>\S+)\s*\.*:\s*\((?P<min>[-\d.eE+]+),\s*(?P<max>[-\d.eE+]+)\)\s*$")
+_TIMER_INLINE = re.compile(r"time \(ms\)\s*\|(?P<rest>.*)$")
+_BRIDGE = re.compile(r"Step Time\s*:\s*(?P<time>[\d.]+)s\s+GPU utilization:\s*(?P<tflops>[\d.]+)\s*"
+                     r"(?P<unit>(?:MODEL_)?TFLOP/s/GPU)")
+_SLIME = re.compile(r"(?:\((?P<actor>\w+) pid=(?P<pid>\d+)(?:, ip=(?P<ip>[\d.]+))?\)\s*)?"
+                    r"(?:\[(?P<ts>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)\]\s*)?(?:(?P<loc>[\w./-]+:\d+)\s*-\s*)?"
+                    r"(?P<type>step|perf|rollout) (?P<index>\d+): (?P<dict>\{.*\})\s*$")
+_SLIME_START = re.compile(r"\b(step|perf|rollout) \d+: \{")
+_NON_FINITE_WORD = re.compile(r"(?<![\w'\"])(-?)(nan|inf)(?![\w'\"])")
+
+_FAILURES = (
+    ("nccl_timeout", re.compile(r"Watchdog caught collective operation timeout|NCCL (?:communicator|operation) "
+                                r"timed? ?out|ProcessGroupNCCL.*[Tt]imeout")),
+    ("ray_oom", re.compile(r"killed due to memory pressure \(OOM\)")),
+    ("oomkilled", re.compile(r"reason: OOMKilled|\bOOMKilled\b")),
+    ("oom", re.compile(r"CUDA out of memory|OutOfMemoryError|CUDA error: out of memory|"
+                       r"TorchMemorySaver::malloc return OOM")),
+    ("assertion", re.compile(r"\bAssertionError\b")),
+)
+
+_KNOWN_FIELDS = {
+    "elapsed time per iteration (ms)": ("elapsed_ms", float),
+    "throughput per GPU (TFLOP/s/GPU)": ("tflops_per_gpu", float),
+    "learning rate": ("lr", float),
+    "global batch size": ("global_batch_size", int),
+    "lm loss": ("lm_loss", float),
+    "number of skipped iterations": ("skipped", int),
+    "number of nan iterations": ("nan", int),
+    "loss scale": ("loss_scale", float),
+    "consumed samples": ("consumed_samples", int),
+}
+
+
+def _number(text: str):
+    """A printed number as int or float; ``nan``/``inf`` stay the strings printed; else None."""
+    text = text.strip()
+    lowered = text.lower()
+    if lowered in ("nan", "inf", "-inf", "+inf"):
+        return lowered.lstrip("+")
+    try:
+        return int(text)
+    except ValueError:
+        pass
+    try:
+        return float(text)
+    except ValueError:
+        return None
+
+
+def _fields(rest: str) -> dict:
+    out = {}
+    for part in rest.split("|"):
+        name, sep, value = part.partition(":")
+        if sep:
+            out[name.strip()] = value.strip()
+    return out
+
+
+def parse_iteration(line: str) -> Optional[dict]:
+    match = _ITERATION.search(line)
+    if match is None:
+        return None
+    fields = _fields(match.group("rest"))
+    step = {"step": int(match.group("it")), "train_iters": int(match.group("total")),
+            "timestamp": match.group("ts"), "elapsed_ms": None, "tflops_per_gpu": None, "lm_loss": None,
+            "grad_norm": None, "lr": None, "global_batch_size": None, "skipped": None, "nan": None,
+            "losses": {}}
+    for name, text in fields.items():
+        if name in _KNOWN_FIELDS:
+            key, kind = _KNOWN_FIELDS[name]
+            value = _number(text)
+            if isinstance(value, str):
+                step[key] = value
+            elif value is not None:
+                step[key] = kind(value)
+        elif name == "grad norm":
+            value = _number(text)
+            step["grad_norm"] = float(value) if isinstance(value, (int, float)) else value
+        elif "loss" in name:
+            value = _number(text)
+            if value is not None:
+                step["losses"][name] = float(value) if isinstance(value, (int, float)) else value
+    return step
+
+
+def parse_memory(line: str) -> Optional[dict]:
+    match = _MEMORY.search(line)
+    if match is None:
+        return None
+    fields = _fields(match.group("rest"))
+    record = {"rank": int(match.group("rank")), "after_iterations": int(match.group("after"))}
+    for name, key in (("allocated", "allocated_mb"), ("max allocated", "max_allocated_mb"),
+                      ("reserved", "reserved_mb"), ("max reserved", "max_reserved_mb")):
+        value = _number(fields.get(name, ""))
+        record[key] = float(value) if isinstance(value, (int, float)) else None
+    return record
+
+
+def parse_bridge(line: str) -> Optional[dict]:
+    match = _BRIDGE.search(line)
+    if match is None:
+        return None
+    return {"step_time_s": float(match.group("time")), "tflops_per_gpu": float(match.group("tflops")),
+            "unit": match.group("unit")}
+
+
+def _literal_dict(text: str):
+    """A Python repr dict with bare nan/inf, as data; non-finite numbers become strings."""
+    marked = _NON_FINITE_WORD.sub(lambda m: "'__nonfinite__%s%s'" % (m.group(1), m.group(2)), text)
+    value = ast.literal_eval(marked)
+    if not isinstance(value, dict):
+        raise ValueError("not a dict")
+    return {key: (item[len("__nonfinite__"):] if isinstance(item, str) and item.startswith("__nonfinite__")
+                  else item) for key, item in value.items()}
+
+
+def parse_slime(line: str):
+    """(record, None) for a slime step/perf/rollout line, (None, reason) when it cannot be read,
+    (None, None) when the line is something else."""
+    match = _SLIME.search(line)
+    if match is None:
+        if _SLIME_START.search(line):
+            return None, "slime record cut off before its closing brace (a truncated or interleaved line)"
+        return None, None
+    try:
+        data = _literal_dict(match.group("dict"))
+    except (ValueError, SyntaxError) as exc:
+        return None, "slime %s line whose dict cannot be read (%s)" % (match.group("type"), exc.__class__.__name__)
+    return {"line_type": match.group("type"), "index": int(match.group("index")), "data": data,
+            "ray_actor": match.group("actor"), "pid": int(match.group("pid")) if match.group("pid") else None,
+            "ip": match.group("ip"), "timestamp": match.group("ts"), "logger_location": match.group("loc")}, None
+
+
+def failure_kind(line: str) -> Optional[str]:
+    for kind, pattern in _FAILURES:
+        if pattern.search(line):
+            return kind
+    return None
+
+
+def parse_lines(lines: Iterable[str]) -> dict:
+    """Parse an iterable of lines (a file object streams); return the JSON contract."""
+    out = {"format": None, "steps": [], "memory": [], "timers": [], "bridge_steps": [], "perf": [],
+           "failures": [], "warnings": []}
+    formats = set()
+    timer_block = None
+    for line_no, raw in enumerate(lines, 1):
+        line = raw.rstrip("\n").rstrip("\r")
+        if timer_block is not None:
+            row = _TIMER_ROW.match(line)
+            if row:
+                timer_block["values"][row.group("name")] = [float(row.group("min")), float(row.group("max"))]
+                continue
+            timer_block = None
+        if _TIMER_BLOCK in line:
+            timer_block = {"line_no": line_no, "format": "minmax", "values": {}}
+            out["timers"].append(timer_block)
+            formats.add("megatron")
+            continue
+        if "iteration" in line:
+            step = parse_iteration(line)
+            if step is not None:
+                step["line_no"] = line_no
+                out["steps"].append(step)
+                formats.add("megatron")
+                continue
+        if "memory (MB)" in line:
+            memory = parse_memory(line)
+            if memory is not None:
+                memory["line_no"] = line_no
+                out["memory"].append(memory)
+                continue
+        if "time (ms)" in line:
+            inline = _TIMER_INLINE.search(line)
+            if inline:
+                values = {name: _number(text) for name, text in _fields(inline.group("rest")).items()}
+                out["timers"].append({"line_no": line_no, "format": "inline_ms", "values": values})
+                continue
+        if "Step Time" in line:
+            bridge = parse_bridge(line)
+            if bridge is not None:
+                bridge["line_no"] = line_no
+                bridge["ordinal"] = len(out["bridge_steps"]) + 1
+                out["bridge_steps"].append(bridge)
+                formats.add("megatron-bridge")
+                continue
+        if ": {" in line:
+            record, problem = parse_slime(line)
+            if record is not None:
+                record["line_no"] = line_no
+                out["perf"].append(record)
+                formats.add("slime")
+                continue
+            if problem:
+                out["warnings"].append("line %d: %s" % (line_no, problem))
+        kind = failure_kind(line)
+        if kind is not None:
+            out["failures"].append({"kind": kind, "line_no": line_no, "line": line})
+    out["format"] = "+".join(sorted(formats)) if formats else None
+    _warn_about_steps(out)
+    return out
+
+
+def _warn_about_steps(out: dict) -> None:
+    seen = {}
+    for step in out["steps"]:
+        number = step["step"]
+        if number in seen:
+            out["warnings"].append("iteration %d appears at lines %d and %d: the log holds more than one run "
+                                   "(a restart or two pasted runs)" % (number, seen[number], step["line_no"]))
+        seen[number] = step["line_no"]
+
+
+def parse_file(path) -> dict:
+    """Parse a log file, streaming it; undecodable bytes are replaced, not fatal."""
+    with open(path, "r", encoding="utf-8", errors="replace") as handle:
+        result = parse_lines(handle)
+    result["path"] = str(path)
+    return result

@@ -1,0 +1,118 @@
+"""The log parser against real log text from public issue threads (tests/data/logs, see SOURCES.md).
+
+Each ``.log`` has a hand-written ``.expected.json`` (made by reading the lines, not by this parser).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+from conftest import DATA
+
+from attune_core import logparse
+
+LOGS = DATA / "logs"
+
+
+def cases(category, keep=lambda record: True):
+    out = []
+    for expected in sorted((LOGS / category).glob("*.expected.json")):
+        records = [r for r in json.loads(expected.read_text()) if keep(r)]
+        if records:
+            out.append(pytest.param(expected.with_name(expected.name.replace(".expected.json", ".log")), records,
+                                    id=expected.name.replace(".expected.json", "")))
+    return out
+
+
+def same(actual, wanted):
+    if isinstance(wanted, float) and isinstance(actual, (int, float)):
+        return math.isclose(actual, wanted, rel_tol=1e-12)
+    return actual == wanted
+
+
+@pytest.mark.parametrize("log, expected", cases("A_iteration"))
+def test_iteration_lines(log, expected):
+    parsed = logparse.parse_file(log)
+    steps = {step["line_no"]: step for step in parsed["steps"]}
+    assert sorted(steps) == [record["line_no"] for record in expected]
+    for record in expected:
+        step = steps[record["line_no"]]
+        for field in ("step", "elapsed_ms", "tflops_per_gpu", "lm_loss", "grad_norm", "lr", "global_batch_size",
+                      "skipped", "nan"):
+            assert same(step[field], record[field]), (record["line_no"], field, step[field], record[field])
+        for extra in ("sop_loss", "mtp_1_loss", "load_balancing_loss"):
+            if extra in record:
+                losses = {name.replace(" ", "_"): value for name, value in step["losses"].items()}
+                assert same(losses[extra], record[extra]), (record["line_no"], extra)
+
+
+def test_two_pasted_runs_are_flagged():
+    parsed = logparse.parse_file(LOGS / "A_iteration" / "mlm1570_mcore_resume.log")
+    assert any("more than one run" in warning for warning in parsed["warnings"])
+
+
+@pytest.mark.parametrize("log, expected", cases("B_memory_timers"))
+def test_memory_and_timers(log, expected):
+    parsed = logparse.parse_file(log)
+    memory = {record["line_no"]: record for record in parsed["memory"]}
+    timers = {record["line_no"]: record for record in parsed["timers"]}
+    wanted_memory = [r for r in expected if not r.get("timer_block")]
+    wanted_timers = [r for r in expected if r.get("timer_block")]
+    assert sorted(memory) == [r["line_no"] for r in wanted_memory]
+    assert sorted(timers) == [r["line_no"] for r in wanted_timers]
+    for record in wanted_memory:
+        got = memory[record["line_no"]]
+        assert (got["rank"], got["after_iterations"]) == (record["rank"], record["after_iterations"])
+        for field in ("allocated", "max_allocated", "reserved", "max_reserved"):
+            assert same(got[field + "_mb"], record[field])
+    for record in wanted_timers:
+        got = timers[record["line_no"]]
+        assert got["format"] == record["timers_format"]
+        assert {k: list(v) if isinstance(v, list) else v for k, v in got["values"].items()} == record["values"]
+
+
+@pytest.mark.parametrize("log, expected", cases("C_failures"))
+def test_failures(log, expected):
+    parsed = logparse.parse_file(log)
+    found = {(failure["line_no"], failure["kind"]): failure["line"] for failure in parsed["failures"]}
+    for record in expected:
+        key = (record["line_no"], record["kind"])
+        assert key in found, (key, parsed["failures"])
+        assert found[key] == record["evidence_line"]
+
+
+@pytest.mark.parametrize("log, expected", cases("D_slime"))
+def test_slime_records(log, expected):
+    parsed = logparse.parse_file(log)
+    records = {record["line_no"]: record for record in parsed["perf"]}
+    assert sorted(records) == [r["line_no"] for r in expected]
+    for record in expected:
+        got = records[record["line_no"]]
+        for field in ("line_type", "index", "ray_actor", "pid", "ip", "timestamp", "logger_location"):
+            assert got[field] == record[field], field
+        assert got["data"].keys() == record["data"].keys()
+        for key, value in record["data"].items():
+            assert same(got["data"][key], value), key
+
+
+@pytest.mark.parametrize("log, expected", cases("E_nemo_bridge", lambda r: r.get("format") == "bridge_step_time"))
+def test_bridge_step_time(log, expected):
+    parsed = logparse.parse_file(log)
+    steps = {record["line_no"]: record for record in parsed["bridge_steps"]}
+    assert sorted(steps) == [r["line_no"] for r in expected]
+    for record in expected:
+        got = steps[record["line_no"]]
+        assert (got["ordinal"], got["unit"]) == (record["ordinal"], record["unit_label"])
+        assert same(got["step_time_s"], record["step_time_s"]) and same(got["tflops_per_gpu"], record["tflops_per_gpu"])
+
+
+def test_truncated_and_garbage_input_never_raises(tmp_path):
+    log = tmp_path / "bad.log"
+    log.write_bytes(b" iteration        3/      20 | elapsed time per iteration (ms): 12\xff3.0 | lm loss: \n"
+                    b"(Actor pid=1) step 1: {'a': 1,\n\x00\x01garbage\n iteration 4/")
+    parsed = logparse.parse_file(log)
+    assert [step["step"] for step in parsed["steps"]] == [3]
+    assert parsed["steps"][0]["elapsed_ms"] is None and parsed["steps"][0]["lm_loss"] is None
+    assert any("line 2" in warning for warning in parsed["warnings"])
