@@ -39,14 +39,17 @@ _SLIME = re.compile(r"(?:\((?P<actor>\w+) pid=(?P<pid>\d+)(?:, ip=(?P<ip>[\d.]+)
 _SLIME_START = re.compile(r"\b(step|perf|rollout) \d+: \{")
 _NON_FINITE_WORD = re.compile(r"(?<![\w'\"])(-?)(nan|inf)(?![\w'\"])")
 
+# kind, words one of which the line must contain (a cheap test first: most lines are noise), pattern
 _FAILURES = (
-    ("nccl_timeout", re.compile(r"Watchdog caught collective operation timeout|NCCL (?:communicator|operation) "
-                                r"timed? ?out|ProcessGroupNCCL.*[Tt]imeout")),
-    ("ray_oom", re.compile(r"killed due to memory pressure \(OOM\)")),
-    ("oomkilled", re.compile(r"reason: OOMKilled|\bOOMKilled\b")),
-    ("oom", re.compile(r"CUDA out of memory|OutOfMemoryError|CUDA error: out of memory|"
-                       r"TorchMemorySaver::malloc return OOM")),
-    ("assertion", re.compile(r"\bAssertionError\b")),
+    ("nccl_timeout", ("imeout", "timed out", "time out"),
+     re.compile(r"Watchdog caught collective operation timeout|NCCL (?:communicator|operation) "
+                r"timed? ?out|ProcessGroupNCCL.*[Tt]imeout")),
+    ("ray_oom", ("memory pressure",), re.compile(r"killed due to memory pressure \(OOM\)")),
+    ("oomkilled", ("OOMKilled",), re.compile(r"\bOOMKilled\b")),
+    ("oom", ("out of memory", "OutOfMemoryError", "return OOM"),
+     re.compile(r"CUDA out of memory|OutOfMemoryError|CUDA error: out of memory|"
+                r"TorchMemorySaver::malloc return OOM")),
+    ("assertion", ("AssertionError",), re.compile(r"\bAssertionError\b")),
 )
 
 _KNOWN_FIELDS = {
@@ -163,73 +166,140 @@ def parse_slime(line: str):
 
 
 def failure_kind(line: str) -> Optional[str]:
-    for kind, pattern in _FAILURES:
-        if pattern.search(line):
+    for kind, words, pattern in _FAILURES:
+        if any(word in line for word in words) and pattern.search(line):
             return kind
     return None
 
 
-def parse_lines(lines: Iterable[str]) -> dict:
-    """Parse an iterable of lines (a file object streams); return the JSON contract."""
-    out = {"format": None, "steps": [], "memory": [], "timers": [], "bridge_steps": [], "perf": [],
-           "failures": [], "warnings": []}
-    formats = set()
-    timer_block = None
-    for line_no, raw in enumerate(lines, 1):
-        line = raw.rstrip("\n").rstrip("\r")
-        if timer_block is not None:
+class _Parser(object):
+    """The per-line logic; the drivers below hand it only lines that can matter."""
+
+    def __init__(self):
+        self.out = {"format": None, "steps": [], "memory": [], "timers": [], "bridge_steps": [], "perf": [],
+                    "failures": [], "warnings": []}
+        self.formats = set()
+        self.timer_block = None
+
+    def line(self, line_no: int, line: str) -> None:
+        out = self.out
+        if self.timer_block is not None:
             row = _TIMER_ROW.match(line)
             if row:
-                timer_block["values"][row.group("name")] = [float(row.group("min")), float(row.group("max"))]
-                continue
-            timer_block = None
+                self.timer_block["values"][row.group("name")] = [float(row.group("min")), float(row.group("max"))]
+                return
+            self.timer_block = None
         if _TIMER_BLOCK in line:
-            timer_block = {"line_no": line_no, "format": "minmax", "values": {}}
-            out["timers"].append(timer_block)
-            formats.add("megatron")
-            continue
+            self.timer_block = {"line_no": line_no, "format": "minmax", "values": {}}
+            out["timers"].append(self.timer_block)
+            self.formats.add("megatron")
+            return
         if "iteration" in line:
             step = parse_iteration(line)
             if step is not None:
                 step["line_no"] = line_no
                 out["steps"].append(step)
-                formats.add("megatron")
-                continue
+                self.formats.add("megatron")
+                return
         if "memory (MB)" in line:
             memory = parse_memory(line)
             if memory is not None:
                 memory["line_no"] = line_no
                 out["memory"].append(memory)
-                continue
+                return
         if "time (ms)" in line:
             inline = _TIMER_INLINE.search(line)
             if inline:
                 values = {name: _number(text) for name, text in _fields(inline.group("rest")).items()}
                 out["timers"].append({"line_no": line_no, "format": "inline_ms", "values": values})
-                continue
+                return
         if "Step Time" in line:
             bridge = parse_bridge(line)
             if bridge is not None:
                 bridge["line_no"] = line_no
                 bridge["ordinal"] = len(out["bridge_steps"]) + 1
                 out["bridge_steps"].append(bridge)
-                formats.add("megatron-bridge")
-                continue
+                self.formats.add("megatron-bridge")
+                return
         if ": {" in line:
             record, problem = parse_slime(line)
             if record is not None:
                 record["line_no"] = line_no
                 out["perf"].append(record)
-                formats.add("slime")
-                continue
+                self.formats.add("slime")
+                return
             if problem:
                 out["warnings"].append("line %d: %s" % (line_no, problem))
         kind = failure_kind(line)
         if kind is not None:
             out["failures"].append({"kind": kind, "line_no": line_no, "line": line})
-    out["format"] = "+".join(sorted(formats)) if formats else None
-    _warn_about_steps(out)
-    return out
+
+    def feed(self, text: str, line_no: int) -> int:
+        """Parse ``text`` (whole lines; its first line is number ``line_no``); return the number
+        of the line after it. Lines with none of the words any record or failure needs are
+        skipped by one regular-expression scan (most of a large log is chatter)."""
+        pos, size = 0, len(text)
+        while pos < size:
+            if self.timer_block is not None:  # timer rows carry no keyword: read them one by one
+                end = text.find("\n", pos)
+                end = size if end < 0 else end
+                self.line(line_no, text[pos:end].rstrip("\r"))
+                line_no, pos = line_no + 1, end + 1
+                continue
+            match = _INTERESTING.search(text, pos)
+            if match is None:
+                return line_no + text.count("\n", pos)
+            before = text.rfind("\n", pos, match.start())
+            start = pos if before < 0 else before + 1
+            line_no += text.count("\n", pos, start)
+            end = text.find("\n", match.end())
+            end = size if end < 0 else end
+            self.line(line_no, text[start:end].rstrip("\r"))
+            line_no, pos = line_no + 1, end + 1
+        return line_no
+
+    def result(self) -> dict:
+        self.out["format"] = "+".join(sorted(self.formats)) if self.formats else None
+        _warn_about_steps(self.out)
+        return self.out
+
+
+_INTERESTING = re.compile("|".join(re.escape(word) for word in (
+    ("iteration", "memory (MB)", "time (ms)", "Step Time", ": {", _TIMER_BLOCK)
+    + tuple(word for _kind, words, _pattern in _FAILURES for word in words))))
+CHUNK_CHARS = 8 << 20
+
+
+def parse_lines(lines: Iterable[str]) -> dict:
+    """Parse an iterable of lines (each ending in a newline but perhaps the last)."""
+    parser = _Parser()
+    parser.feed("".join(lines), 1)
+    return parser.result()
+
+
+def parse_file(path) -> dict:
+    """Parse a log file in chunks of whole lines (memory bounded by the chunk and the records
+    found, not the file); undecodable bytes are replaced, not fatal."""
+    parser = _Parser()
+    line_no = 1
+    with open(path, "r", encoding="utf-8", errors="replace", newline="") as handle:
+        carry = ""
+        while True:
+            block = handle.read(CHUNK_CHARS)
+            if not block:
+                break
+            block = carry + block
+            cut = block.rfind("\n") + 1
+            if cut == 0:  # one line longer than a chunk: keep reading until it ends
+                carry = block
+                continue
+            carry = block[cut:]
+            line_no = parser.feed(block[:cut], line_no)
+        if carry:
+            parser.feed(carry, line_no)
+    result = parser.result()
+    result["path"] = str(path)
+    return result
 
 
 def _warn_about_steps(out: dict) -> None:
@@ -242,9 +312,3 @@ def _warn_about_steps(out: dict) -> None:
         seen[number] = step["line_no"]
 
 
-def parse_file(path) -> dict:
-    """Parse a log file, streaming it; undecodable bytes are replaced, not fatal."""
-    with open(path, "r", encoding="utf-8", errors="replace") as handle:
-        result = parse_lines(handle)
-    result["path"] = str(path)
-    return result
