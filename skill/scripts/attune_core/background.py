@@ -32,7 +32,14 @@ class Background(object):
             return
         result_read, result_write = os.pipe()
         message_read, message_write = os.pipe() if wants_message else (None, None)
-        pid = os.fork()
+        try:
+            pid = os.fork()
+        except OSError:  # no process to spare (limits, memory): do the work in the caller instead
+            for fd in (result_read, result_write, message_read, message_write):
+                if fd is not None:
+                    os.close(fd)
+            self._local = "pending"
+            return
         if pid == 0:  # the child: never returns into the caller's code
             code = 0
             try:

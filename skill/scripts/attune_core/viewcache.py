@@ -22,6 +22,7 @@ from typing import Optional
 from . import __version__
 from .chainlog import loads
 from .measure import RunScore
+from .schema import LEDGER_KINDS
 
 PATH = ".attune/cache/ledger-view.json"
 VERSION = 1
@@ -54,6 +55,9 @@ def load(campaign_dir, data: bytes, window) -> Optional[dict]:
             return None
         rows = cache["rows"]
         if len(rows) != cache["count"] or not isinstance(cache["prev"], str):
+            return None
+        if not all(type(row) is dict and row.get("seq") == index and row.get("kind") in LEDGER_KINDS
+                   for index, row in enumerate(rows)):
             return None
         cache["scores"] = {row["seq"]: RunScore(*row["score"]) for row in rows if row["kind"] == "result"}
     except (KeyError, TypeError, AttributeError):

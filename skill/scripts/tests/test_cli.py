@@ -221,3 +221,16 @@ def test_metrics_verb_on_a_real_log(readonly_tree):
     parsed = json.loads(proc.stdout)
     assert [step["elapsed_ms"] for step in parsed["steps"]] == [5801.1, 1152.3, 1118.1, 1119.8]
     assert run(readonly_tree, "metrics", "/nonexistent.log").returncode == 2
+
+
+def test_background_work_runs_in_the_caller_when_no_process_can_be_forked(monkeypatch, tmp_path):
+    import os as os_module
+    from attune_core import background
+
+    def refuse():
+        raise OSError(11, "Resource temporarily unavailable")
+    monkeypatch.setattr(background.os, "fork", refuse)
+    assert background.Background(lambda a, b: a + b, 2, 3).result() == 5
+    campaign = fixture_copy(tmp_path)
+    assert cli.main(["rank", "--campaign", str(campaign)]) == 0
+    assert os_module.path.exists(campaign / "RESULTS.md")

@@ -75,6 +75,12 @@ def test_mismatched_or_damaged_caches_are_ignored(tmp_path):
     data = Campaign(directory).ledger.read_bytes()
     assert viewcache.load(directory, data, (5, 19)) is not None
     assert viewcache.load(directory, data, (6, 19)) is None  # another scoring window
+    cache = json.loads(path.read_bytes())
+    del cache["rows"][1]["seq"]
+    cache["rows"].append(dict(cache["rows"][0]))
+    cache["count"] += 1
+    path.write_text(json.dumps(cache))
+    assert viewcache.load(directory, data, (5, 19)) is None  # rows out of order or missing their seq
     path.write_text("{not json")
     assert viewcache.load(directory, data, (5, 19)) is None
     assert view(directory, True)[0] == view(directory, False)[0]
