@@ -20,7 +20,7 @@ from pathlib import Path
 
 from . import budget as budget_mod
 from . import campaign as campaign_mod
-from . import logparse
+from . import logparse, triage
 from . import report as report_mod
 from . import results as results_mod
 from . import settings as settings_mod
@@ -233,6 +233,8 @@ def cmd_metrics(args) -> int:
     if not path.is_file():
         raise InputError("%s: no such log file. Fix: give the path of a run's log" % path)
     parsed = logparse.parse_file(path)
+    found = triage.classify(parsed, exit_code=args.exit_code)
+    parsed["triage"] = found.as_dict() if found else None
     steps = parsed["steps"]
     lines = ["log: %s" % path, "format: %s" % (parsed["format"] or "unknown (no record recognised)"),
              "steps: %d%s" % (len(steps), " (iterations %d-%d)" % (steps[0]["step"], steps[-1]["step"]) if steps else ""),
@@ -241,6 +243,8 @@ def cmd_metrics(args) -> int:
     lines += ["failure: %s at line %d: %s" % (f["kind"], f["line_no"], f["line"].strip()[:200])
               for f in parsed["failures"]]
     lines += ["warning: %s" % warning for warning in parsed["warnings"]]
+    lines.append("triage: %s" % ("%s (%s): %s" % (found.cls, "line %d" % found.line_no if found.line_no else
+                                                   found.source, found.evidence[:200]) if found else "no failure"))
     _emit(args, parsed, "\n".join(lines))
     return EXIT_OK
 
@@ -298,6 +302,7 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("--evidence", nargs="+", required=True, metavar="RUN", help="the runs considered")
         elif name == "metrics":
             p.add_argument("log", help="the log file (any size: it is read line by line)")
+            p.add_argument("--exit-code", type=int, help="the run's exit code, for failure triage")
         elif name == "note":
             p.add_argument("text", help="the note")
             p.add_argument("--run", help="the run the note is about")

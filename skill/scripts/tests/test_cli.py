@@ -221,6 +221,8 @@ def test_metrics_verb_on_a_real_log(readonly_tree):
     parsed = json.loads(proc.stdout)
     assert [step["elapsed_ms"] for step in parsed["steps"]] == [5801.1, 1152.3, 1118.1, 1119.8]
     assert run(readonly_tree, "metrics", "/nonexistent.log").returncode == 2
+    proc = run(readonly_tree, "metrics", str(DATA / "logs" / "C_failures" / "mlm92_oom_old_format.log"))
+    assert "triage: oom (line 9): RuntimeError: CUDA out of memory." in proc.stdout
 
 
 def test_background_work_runs_in_the_caller_when_no_process_can_be_forked(monkeypatch, tmp_path):
