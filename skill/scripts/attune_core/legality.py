@@ -1,0 +1,123 @@
+"""Legality of a Megatron-LM configuration, checked before anything launches.
+
+The rules are Megatron-LM's own (its argument validation and the asserts in the layers it builds),
+as the project's reference on Megatron-LM arguments records them. Each violation names the rule,
+the values that break it and the fix. The input is the recipe's arguments as
+``{"--flag": "value"}`` (``True`` for a flag given without a value), its environment, and the
+job's world size (GPUs).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Mapping, Optional
+
+# Flags that look plausible but Megatron-LM's command line does not have (or no longer uses).
+NOT_MEGATRON_FLAGS = {
+    "--virtual-pipeline-model-parallel-size": "use --num-layers-per-virtual-pipeline-stage or "
+                                              "--num-virtual-stages-per-pipeline-rank (the VP size is derived)",
+    "--cpu-offloading": "use --fine-grained-activation-offloading --offload-modules ... or --optimizer-cpu-offload",
+    "--bias-swiglu-fusion": "fusions are on by default; only --no-bias-swiglu-fusion exists",
+    "--apply-rope-fusion": "fusions are on by default; only --no-rope-fusion exists",
+    "--masked-softmax-fusion": "fusions are on by default; only --no-masked-softmax-fusion exists",
+    "--use-flash-attn": "legacy and unused outside megatron/legacy; use --attention-backend flash",
+}
+BLACKWELL = ("b200", "b300", "gb200", "gb300", "vr200")
+
+
+@dataclasses.dataclass(frozen=True)
+class Violation:
+    rule: str
+    message: str
+    fix: str
+
+    def __str__(self) -> str:
+        return "%s: %s. Fix: %s" % (self.rule, self.message, self.fix)
+
+
+def _int(args: Mapping, flag: str, default: Optional[int]) -> Optional[int]:
+    value = args.get(flag)
+    if value is None or value is True:
+        return default
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def check(args: Mapping, env: Mapping, world_size: int, gpu: Optional[str] = None) -> list:
+    """Every rule the configuration breaks (an empty list when it is legal)."""
+    out = []
+
+    def bad(rule, message, fix):
+        out.append(Violation(rule, message, fix))
+
+    for flag, hint in NOT_MEGATRON_FLAGS.items():
+        if flag in args:
+            bad("no-such-flag", "%s is not a Megatron-LM command-line flag" % flag, hint)
+    sizes = {}
+    for flag, default in (("--tensor-model-parallel-size", 1), ("--pipeline-model-parallel-size", 1),
+                          ("--context-parallel-size", 1), ("--expert-model-parallel-size", 1),
+                          ("--micro-batch-size", 1), ("--global-batch-size", None), ("--num-layers", None),
+                          ("--num-experts", None), ("--num-layers-per-virtual-pipeline-stage", None)):
+        value = _int(args, flag, default)
+        if value is None and args.get(flag) not in (None, True):
+            bad("integer", "%s=%r is not an integer" % (flag, args.get(flag)), "give a whole number")
+            return out
+        if value is not None and value <= 0:
+            bad("positive", "%s=%d must be positive" % (flag, value), "give a size of at least 1")
+            return out
+        sizes[flag] = value
+    tp, pp = sizes["--tensor-model-parallel-size"], sizes["--pipeline-model-parallel-size"]
+    cp, ep = sizes["--context-parallel-size"], sizes["--expert-model-parallel-size"]
+    etp = _int(args, "--expert-tensor-parallel-size", tp) or tp
+    model_parallel = tp * pp * cp
+    if world_size % model_parallel:
+        bad("world-size", "world size %d is not divisible by TP x PP x CP = %d x %d x %d = %d"
+            % (world_size, tp, pp, cp, model_parallel), "choose parallel sizes whose product divides the GPU count")
+        return out
+    dp = world_size // model_parallel
+    if sizes["--num-experts"] is not None or ep > 1:
+        expert_parallel = etp * ep * pp
+        if world_size % expert_parallel:
+            bad("expert-world-size", "world size %d is not divisible by ETP x EP x PP = %d x %d x %d"
+                % (world_size, etp, ep, pp), "choose expert parallel sizes whose product divides the GPU count")
+        experts = sizes["--num-experts"]
+        if experts is not None and experts % ep:
+            bad("experts-per-rank", "--num-experts=%d is not divisible by --expert-model-parallel-size=%d"
+                % (experts, ep), "choose an EP size that divides the number of experts")
+    mbs, gbs = sizes["--micro-batch-size"], sizes["--global-batch-size"]
+    if gbs is not None and gbs % (mbs * dp):
+        bad("global-batch", "global batch size (%d) is not divisible by micro batch size (%d) times data parallel "
+            "size (%d)" % (gbs, mbs, dp), "keep the global batch (it is part of the workload) and change the "
+            "micro batch size or the parallel layout")
+    layers = sizes["--num-layers"]
+    if layers is not None and layers % pp:
+        bad("layers-per-stage", "--num-layers=%d is not divisible by --pipeline-model-parallel-size=%d" % (layers, pp),
+            "choose a PP size that divides the number of layers (or set an uneven first/last stage)")
+    per_vstage = sizes["--num-layers-per-virtual-pipeline-stage"]
+    if per_vstage is not None:
+        if pp == 1:
+            bad("virtual-pipeline", "--num-layers-per-virtual-pipeline-stage needs pipeline parallelism (PP > 1)",
+                "remove it or raise --pipeline-model-parallel-size")
+        elif layers is not None and (layers // pp) % per_vstage:
+            bad("virtual-pipeline", "%d layers per pipeline stage are not divisible by "
+                "--num-layers-per-virtual-pipeline-stage=%d" % (layers // pp, per_vstage),
+                "choose a number of layers per virtual stage that divides the layers per stage")
+    if "--sequence-parallel" in args and tp == 1:
+        bad("sequence-parallel", "--sequence-parallel needs tensor parallelism (TP > 1); Megatron turns it off at TP=1",
+            "remove --sequence-parallel or raise --tensor-model-parallel-size")
+    if "--overlap-param-gather" in args and not (
+            "--use-distributed-optimizer" in args and "--overlap-grad-reduce" in args):
+        bad("overlap-param-gather", "--overlap-param-gather needs --use-distributed-optimizer and "
+            "--overlap-grad-reduce", "add both (one lever: the three flags go together)")
+    if "--tp-comm-overlap" in args and "--sequence-parallel" not in args:
+        bad("tp-comm-overlap", "--tp-comm-overlap needs --sequence-parallel", "add --sequence-parallel (TP > 1)")
+    blackwell = gpu is not None and gpu.lower() in BLACKWELL
+    exempt = "--overlap-moe-expert-parallel-comm" in args or "--use-megatron-fsdp" in args or \
+        "--use-custom-fsdp" in args
+    if (tp > 1 or cp > 1) and not blackwell and not exempt and str(env.get("CUDA_DEVICE_MAX_CONNECTIONS")) != "1":
+        bad("cuda-device-max-connections", "TP=%d, CP=%d needs CUDA_DEVICE_MAX_CONNECTIONS=1 before Blackwell "
+            "(it is %s)" % (tp, cp, env.get("CUDA_DEVICE_MAX_CONNECTIONS", "unset")),
+            "set CUDA_DEVICE_MAX_CONNECTIONS=1 in the recipe's environment")
+    return out
