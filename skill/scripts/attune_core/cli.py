@@ -20,6 +20,7 @@ from pathlib import Path
 
 from . import budget as budget_mod
 from . import campaign as campaign_mod
+from . import candidates
 from . import logparse, triage
 from . import report as report_mod
 from . import results as results_mod
@@ -249,6 +250,21 @@ def cmd_metrics(args) -> int:
     return EXIT_OK
 
 
+@verb("candidate", "candidate new: write a one-change candidate (recipe and record) under runs/<id>/ after "
+                   "checking the workload and Megatron's legality rules")
+def cmd_candidate(args) -> int:
+    campaign = campaign_mod.Campaign(_dir(args))
+    campaign.require_ledger()
+    settings = campaign.settings(config_file=args.config)
+    changes = candidates.parse_changes(args.set or (), args.unset or (), args.env or (), args.unset_env or ())
+    record = candidates.new(campaign, settings, args.parent, changes, args.lever, args.hypothesis, args.gpu)
+    lines = ["run: %s" % record["run"], "recipe: %s" % (campaign.run_dir(record["run"]) / "recipe.yaml"),
+             "parent: %s" % record["parent"], "lever: %s" % record["lever"], "gpus: %d" % record["gpus"]]
+    lines += ["change: %s" % results_mod.describe_change(item) for item in record["change"]]
+    _emit(args, record, "\n".join(lines))
+    return EXIT_OK
+
+
 @verb("report", "write REPORT.md, and recipe.yaml when every pre-ship check passes (exit 1 when refused)")
 def cmd_report(args) -> int:
     snap = _snapshot(args)
@@ -300,6 +316,18 @@ def build_parser() -> argparse.ArgumentParser:
         elif name == "stop":
             p.add_argument("--reason", required=True, help="why nothing left is expected to clear the band")
             p.add_argument("--evidence", nargs="+", required=True, metavar="RUN", help="the runs considered")
+        elif name == "candidate":
+            p.add_argument("action", choices=["new"], help="new: write a candidate")
+            p.add_argument("--parent", required=True, help="a run id, or baseline")
+            p.add_argument("--set", action="append", metavar="ARG[=VALUE]",
+                           help="set a Megatron argument (a flag without =VALUE is a boolean flag)")
+            p.add_argument("--unset", action="append", metavar="ARG", help="remove a Megatron argument")
+            p.add_argument("--env", action="append", metavar="NAME=VALUE", help="set an environment variable")
+            p.add_argument("--unset-env", action="append", metavar="NAME", help="remove an environment variable")
+            p.add_argument("--lever", required=True, help="the one lever this candidate tries (levers.md)")
+            p.add_argument("--hypothesis", required=True,
+                           help="what the change should move (which bottleneck number) and by about how much")
+            p.add_argument("--gpu", help="GPU model (h100, b200, ...) for the rules that depend on it")
         elif name == "metrics":
             p.add_argument("log", help="the log file (any size: it is read line by line)")
             p.add_argument("--exit-code", type=int, help="the run's exit code, for failure triage")

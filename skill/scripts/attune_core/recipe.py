@@ -207,6 +207,14 @@ class Recipe(object):
         line = "%s%s: %s\n" % (indent, name, json.dumps(str(value)))
         return self._env.splice(inner_text[:at] + line + inner_text[at:])
 
+    def with_name(self, name: str) -> "Recipe":
+        """The recipe with ``metadata.name`` (the RayJob's name) set to ``name``."""
+        root = yaml.compose(self.text, Loader=yaml.SafeLoader)
+        node = _get(_get(root, "metadata"), "name")
+        if not isinstance(node, yaml.ScalarNode):
+            raise InputError("%s: metadata.name is missing. Fix: give the RayJob a metadata.name" % self.source)
+        return Recipe(_Scalar(self.text, node).splice(name), self.source)
+
     def render(self) -> str:
         return self.text
 

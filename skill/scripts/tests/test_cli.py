@@ -17,7 +17,8 @@ from factory import Builder
 from attune_core import cli
 from attune_core.errors import EXIT_CODES
 
-VERBS = ["init", "settings", "verify", "rank", "status", "budget", "stop", "note", "metrics", "report"]
+VERBS = ["init", "settings", "verify", "rank", "status", "budget", "stop", "note", "metrics", "candidate",
+         "report"]
 
 
 @pytest.fixture(scope="module")

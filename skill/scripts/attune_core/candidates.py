@@ -1,0 +1,115 @@
+"""One-change candidates: a parent recipe plus a small named diff, checked and written to
+``runs/<run>/`` before anything launches.
+
+``runs/<run>/recipe.yaml`` is the rendered RayJob (its ``metadata.name`` is the run id) and
+``runs/<run>/candidate.json`` records the parent, the change, the lever and the hypothesis.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+from pathlib import Path
+
+from . import legality, workload
+from .campaign import RUNS, Campaign
+from .errors import CheckFailed, InputError
+from .recipe import Recipe, diff
+
+RUN_NUMBER = re.compile(r"^r(\d+)$")
+K8S_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+
+
+def parse_changes(sets=(), unsets=(), envs=(), unset_envs=()) -> list:
+    """Command-line changes (``--set ARG=VALUE`` or ``--set ARG``, ``--unset ARG``, ``--env K=V``,
+    ``--unset-env K``) as change records."""
+    changes = []
+    for item in sets:
+        flag, sep, value = item.partition("=")
+        if not flag.startswith("--"):
+            raise InputError("--set %s: name a Megatron argument with its dashes, e.g. --set --micro-batch-size=2"
+                             % item)
+        changes.append({"op": "set", "arg": flag, "value": value if sep else True})
+    for flag in unsets:
+        if not flag.startswith("--"):
+            raise InputError("--unset %s: name a Megatron argument with its dashes, e.g. --unset --sequence-parallel"
+                             % flag)
+        changes.append({"op": "unset", "arg": flag})
+    for item in envs:
+        name, sep, value = item.partition("=")
+        if not sep or not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", name):
+            raise InputError("--env %s: give NAME=value" % item)
+        changes.append({"op": "set", "env": name, "value": value})
+    for name in unset_envs:
+        changes.append({"op": "unset", "env": name})
+    if not changes:
+        raise InputError("a candidate needs one change: --set, --unset, --env or --unset-env")
+    return changes
+
+
+def _baseline(settings) -> Recipe:
+    path = Path(settings.baseline_yaml)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise InputError("ATTUNE_BASELINE_YAML=%s: cannot read it (%s)" % (path, exc.strerror))
+    return Recipe(text, str(path))
+
+
+def _parent(campaign: Campaign, settings, parent: str) -> Recipe:
+    if parent == "baseline":
+        return workload.enforce(_baseline(settings))
+    path = campaign.run_dir(parent) / "recipe.yaml"
+    if not path.is_file():
+        raise InputError("--parent %s: no recipe at %s. Fix: give a run id from `attune status`, or baseline"
+                         % (parent, path))
+    return Recipe(path.read_text(encoding="utf-8"), str(path))
+
+
+def _allocate(campaign: Campaign, prefix: str) -> tuple:
+    """The next run id (prefix + r + number) and its new, empty directory (made atomically)."""
+    runs = campaign.dir / RUNS
+    runs.mkdir(parents=True, exist_ok=True)
+    numbers = [int(m.group(1)) for name in os.listdir(runs) if name.startswith(prefix)
+               for m in [RUN_NUMBER.match(name[len(prefix):])] if m]
+    number = max(numbers, default=0) + 1
+    while True:
+        run = "%sr%03d" % (prefix, number)
+        if not K8S_NAME.match(run):
+            raise InputError("run id %r is not a valid Kubernetes name; shorten ATTUNE_RUN_PREFIX" % run)
+        try:
+            (runs / run).mkdir()
+            return run, runs / run
+        except FileExistsError:  # another process took it
+            number += 1
+
+
+def new(campaign: Campaign, settings, parent: str, changes: list, lever: str, hypothesis: str,
+        gpu: str = None) -> dict:
+    """Check and write a candidate; return its record. Nothing is written when a check fails."""
+    if not lever or not lever.strip():
+        raise InputError("--lever is empty: name the one lever this candidate tries (levers.md)")
+    if not hypothesis or not hypothesis.strip():
+        raise InputError("--hypothesis is empty: say what the change should move and by about how much")
+    base = _parent(campaign, settings, parent)
+    child = workload.enforce(base.apply(changes))
+    change = diff(base, child)
+    if not change:
+        raise InputError("the change leaves the recipe as it was: nothing to try")
+    problems = workload.compare(workload.enforce(_baseline(settings)), child)
+    if problems:
+        raise InputError("; ".join(problems))
+    violations = legality.check(child.args(), child.env(), child.gpus(), gpu)
+    if violations:
+        raise CheckFailed("the candidate is not a legal Megatron-LM configuration: %s"
+                          % "; ".join(str(v) for v in violations))
+    run, directory = _allocate(campaign, settings.run_prefix)
+    text = child.with_name(run).render()
+    (directory / "recipe.yaml").write_text(text, encoding="utf-8")
+    record = {"run": run, "parent": parent, "change": change, "lever": lever.strip(),
+              "hypothesis": hypothesis.strip(), "gpus": child.gpus(),
+              "recipe_sha256": hashlib.sha256(text.encode("utf-8")).hexdigest()}
+    (directory / "candidate.json").write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+    return record

@@ -1,0 +1,58 @@
+"""attune candidate new: one change on a parent, checked before anything launches."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+from conftest import DATA
+from factory import settings as make_settings
+
+from attune_core import campaign as campaign_mod
+from attune_core import cli
+from attune_core.recipe import Recipe
+
+
+@pytest.fixture
+def campaign(tmp_path):
+    baseline = tmp_path / "baseline.yaml"
+    shutil.copy(DATA / "recipes" / "megatron_rayjob.yaml", baseline)
+    settings = make_settings(ATTUNE_BASELINE_YAML=str(baseline), ATTUNE_RUN_PREFIX="alice-llama8b-")
+    return campaign_mod.init(tmp_path / "c", settings, "alice-llama8b-test")
+
+
+def new(campaign, *args):
+    return cli.main(["candidate", "new", "--campaign", str(campaign.dir), *args])
+
+
+def test_a_candidate_is_written_with_its_record(campaign, capsys):
+    assert new(campaign, "--parent", "baseline", "--set=--overlap-grad-reduce", "--lever", "overlap-grad-reduce",
+               "--hypothesis", "hide the DP all-reduce: step time -5%", "--json") == 0
+    record = json.loads(capsys.readouterr().out)
+    assert record["run"] == "alice-llama8b-r001" and record["gpus"] == 16
+    assert record["change"] == [{"op": "set", "arg": "--overlap-grad-reduce", "value": True}]
+    recipe = Recipe((campaign.run_dir("alice-llama8b-r001") / "recipe.yaml").read_text())
+    assert recipe.args()["--overlap-grad-reduce"] is True and recipe.args()["--exit-interval"] == "20"
+    assert "name: alice-llama8b-r001" in recipe.render()
+    # a child of that candidate gets the next id and records its own diff only
+    assert new(campaign, "--parent", "alice-llama8b-r001", "--env", "NCCL_NVLS_ENABLE=1", "--lever", "nccl-env",
+               "--hypothesis", "NVLS all-reduce") == 0
+    child = json.loads((campaign.run_dir("alice-llama8b-r002") / "candidate.json").read_text())
+    assert child["change"] == [{"op": "set", "env": "NCCL_NVLS_ENABLE", "value": "1"}]
+
+
+def test_illegal_and_shape_changing_candidates_are_refused(campaign, capsys):
+    assert new(campaign, "--parent", "baseline", "--set=--overlap-param-gather", "--lever", "overlap",
+               "--hypothesis", "x") == 1
+    assert "overlap-param-gather: --overlap-param-gather needs" in capsys.readouterr().err
+    assert new(campaign, "--parent", "baseline", "--set=--global-batch-size=256", "--lever", "gbs",
+               "--hypothesis", "x") == 2
+    assert "not a lever" in capsys.readouterr().err
+    assert new(campaign, "--parent", "baseline", "--unset-env", "CUDA_DEVICE_MAX_CONNECTIONS", "--lever", "env",
+               "--hypothesis", "x") == 1
+    assert "cuda-device-max-connections" in capsys.readouterr().err
+    assert new(campaign, "--parent", "r999", "--set=--seed=1", "--lever", "x", "--hypothesis", "x") == 2
+    assert new(campaign, "--parent", "baseline", "--set=--bf16", "--lever", "x", "--hypothesis", "x") == 2
+    assert "nothing to try" in capsys.readouterr().err
+    assert not list((campaign.dir / "runs").glob("*")), "nothing is written when a check fails"
