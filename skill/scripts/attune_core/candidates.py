@@ -1,8 +1,10 @@
 """One-change candidates: a parent recipe plus a small named diff, checked and written to
 ``runs/<run>/`` before anything launches.
 
-``runs/<run>/recipe.yaml`` is the rendered RayJob (its ``metadata.name`` is the run id) and
-``runs/<run>/candidate.json`` records the parent, the change, the lever and the hypothesis.
+``runs/<run>/recipe.yaml`` is the recipe and ``runs/<run>/candidate.json`` records the parent, the
+change, the lever and the hypothesis. The recipe keeps the baseline's ``metadata.name``: runs of
+one recipe are byte-identical (their ``recipe_sha256`` is what makes them repeats), and the backend
+names the submitted RayJob after the run (``Recipe.with_name``).
 """
 
 from __future__ import annotations
@@ -106,7 +108,7 @@ def new(campaign: Campaign, settings, parent: str, changes: list, lever: str, hy
         raise CheckFailed("the candidate is not a legal Megatron-LM configuration: %s"
                           % "; ".join(str(v) for v in violations))
     run, directory = _allocate(campaign, settings.run_prefix)
-    text = child.with_name(run).render()
+    text = child.render()
     (directory / "recipe.yaml").write_text(text, encoding="utf-8")
     record = {"run": run, "parent": parent, "change": change, "lever": lever.strip(),
               "hypothesis": hypothesis.strip(), "gpus": child.gpus(),

@@ -33,7 +33,8 @@ LEDGER_KINDS = {
     ),
     "result": (
         {"run": "str", "status": "enum:" + "|".join(RESULT_STATUSES)},
-        {"metrics": "object", "failure": "object", "log_sha256": "str", "simulated": "bool"},
+        {"metrics": "object", "failure": "object", "log_sha256": "str", "simulated": "bool",
+         "warnings": "list[str]"},
     ),
     "gate": (
         {"run": "str", "verdict": "enum:pass|fail", "against": "str"},

@@ -34,7 +34,8 @@ def test_a_candidate_is_written_with_its_record(campaign, capsys):
     assert record["change"] == [{"op": "set", "arg": "--overlap-grad-reduce", "value": True}]
     recipe = Recipe((campaign.run_dir("alice-llama8b-r001") / "recipe.yaml").read_text())
     assert recipe.args()["--overlap-grad-reduce"] is True and recipe.args()["--exit-interval"] == "20"
-    assert "name: alice-llama8b-r001" in recipe.render()
+    assert "name: alice-llama8b-r001" in recipe.render()  # the baseline's own name, kept
+    assert recipe.with_name("alice-llama8b-r007").render().count("alice-llama8b-r007") == 1
     # a child of that candidate gets the next id and records its own diff only
     assert new(campaign, "--parent", "alice-llama8b-r001", "--env", "NCCL_NVLS_ENABLE=1", "--lever", "nccl-env",
                "--hypothesis", "NVLS all-reduce") == 0

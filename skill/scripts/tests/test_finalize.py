@@ -1,0 +1,82 @@
+"""finalize: log + backend facts -> one GPU-hour charge and one result row, whatever the retries."""
+
+from __future__ import annotations
+
+import shutil
+
+from conftest import DATA
+from factory import Builder
+
+from attune_core import ranking
+from attune_core.finalize import RunFacts, finalize
+
+LINE = (" [2026-11-02 09:00:{sec:02d}] iteration {it:8d}/      20 | consumed samples: {cs:12d} | elapsed time per "
+        "iteration (ms): {ms:.1f} | throughput per GPU (TFLOP/s/GPU): 401.2 | learning rate: 3.000000E-04 | "
+        "global batch size:   128 | lm loss: {loss:.6E} | loss scale: 1.0 | grad norm: 1.234 | "
+        "number of skipped iterations:   0 | number of nan iterations:   0 |")
+
+
+def megatron_log(path, iterations=range(1, 21), ms=3400.0):
+    """A log in Megatron-LM's iteration-line format (SYNTHETIC numbers)."""
+    lines = [LINE.format(sec=i % 60, it=i, cs=i * 128, ms=(9000.0 if i == 1 else ms), loss=10.5 - 0.1 * i)
+             for i in iterations]
+    path.write_text("some startup noise\n" + "\n".join(lines) + "\n[exiting program at iteration 20]\n")
+    return path
+
+
+def setup(tmp_path):
+    b = Builder(tmp_path / "c")
+    b.launch("r001", "baseline", "base", gpus=8)
+    return b
+
+
+def test_a_good_run_is_finished_scored_and_charged_once(tmp_path):
+    b = setup(tmp_path)
+    facts = RunFacts("r001", megatron_log(tmp_path / "log.txt"), 0, 1000.0, 1450.0, 8, seq_length=4096)
+    row = finalize(b.campaign, facts)
+    assert row["status"] == "finished" and row["metrics"]["iter"] == list(range(1, 21))
+    assert row["metrics"]["global_batch_size"] == 128 and row["metrics"]["seq_length"] == 4096
+    ranked = ranking.build(b.campaign.ledger.rows())
+    assert abs(ranked.run("r001").tokens - 128 * 4096 / (3.4 * 8)) < 1e-6
+    before = (b.campaign.ledger.read_bytes(), b.campaign.gpu_log.read_bytes())
+    assert finalize(b.campaign, facts) == row
+    assert (b.campaign.ledger.read_bytes(), b.campaign.gpu_log.read_bytes()) == before
+    assert [r["gpu_seconds"] for r in b.campaign.gpu_log.rows()] == [3600]
+
+
+def test_a_crash_after_the_charge_is_finished_by_a_retry(tmp_path):
+    b = setup(tmp_path)
+    b.campaign.charge("r001", 8, 450.0, what="run")  # the charge landed, then the process died
+    row = finalize(b.campaign, RunFacts("r001", megatron_log(tmp_path / "log.txt"), 0, 1000.0, 1450.0, 8, 4096))
+    assert row["status"] == "finished"
+    assert len(b.campaign.gpu_log.rows()) == 1
+
+
+def test_an_oom_is_failed_with_its_evidence(tmp_path):
+    b = setup(tmp_path)
+    log = tmp_path / "oom.log"
+    shutil.copy(DATA / "logs" / "C_failures" / "mlm92_oom_old_format.log", log)
+    row = finalize(b.campaign, RunFacts("r001", log, 1, 0.0, 60.0, 8))
+    assert row["status"] == "failed" and row["failure"]["class"] == "oom"
+    assert row["failure"]["evidence"].startswith("RuntimeError: CUDA out of memory. Tried to allocate 9.33 GiB")
+    assert ranking.build(b.campaign.ledger.rows()).run_status(ranking.build(b.campaign.ledger.rows()).run("r001")) \
+        == "run failed: oom"
+
+
+def test_a_restarted_log_is_scored_on_its_last_run(tmp_path):
+    b = setup(tmp_path)
+    log = tmp_path / "log.txt"
+    megatron_log(log, iterations=range(1, 8), ms=9999.0)
+    first = log.read_text()
+    megatron_log(log)
+    log.write_text(first + log.read_text())
+    row = finalize(b.campaign, RunFacts("r001", log, 0, 0.0, 900.0, 8, 4096))
+    assert row["metrics"]["iter"] == list(range(1, 21)) and 9999.0 not in row["metrics"]["step_ms"]
+    assert any("restarts at line" in warning for warning in row["warnings"])
+
+
+def test_no_log_and_a_bad_exit_is_a_crash(tmp_path):
+    b = setup(tmp_path)
+    row = finalize(b.campaign, RunFacts("r001", tmp_path / "missing.txt", 137, 0.0, 10.0, 8))
+    assert row["status"] == "failed" and row["failure"]["class"] == "crash"
+    assert "no log at" in row["warnings"][0]
