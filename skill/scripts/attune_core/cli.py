@@ -21,6 +21,7 @@ from pathlib import Path
 from . import budget as budget_mod
 from . import campaign as campaign_mod
 from . import candidates
+from . import runs as runs_mod
 from . import logparse, triage
 from . import report as report_mod
 from . import results as results_mod
@@ -265,6 +266,52 @@ def cmd_candidate(args) -> int:
     return EXIT_OK
 
 
+def _settings(args, campaign):
+    campaign.require_ledger()
+    return campaign.settings(config_file=getattr(args, "config", None))
+
+
+@verb("launch", "launch a candidate (RUN), the baseline (--baseline) or a repeat (--repeat-of RUN [--confirm]); "
+                "the launch row is written first, and a launch that does not fit the budget is refused")
+def cmd_launch(args) -> int:
+    campaign = campaign_mod.Campaign(_dir(args))
+    settings = _settings(args, campaign)
+    row = runs_mod.launch(campaign, settings, run=args.run, baseline=args.baseline, repeat_of=args.repeat_of,
+                          confirm=args.confirm, expected_gpu_hours=args.expected_gpu_hours, gpu=args.gpu)
+    _emit(args, {"launch": row}, "run: %s\npurpose: %s\ngpus: %d\nbackend: %s" % (
+        row["run"], row["purpose"], row["gpus"], row["backend"]))
+    return EXIT_OK
+
+
+@verb("poll", "the state of a launched run as its backend reports it")
+def cmd_poll(args) -> int:
+    campaign = campaign_mod.Campaign(_dir(args))
+    status = runs_mod.poll(campaign, _settings(args, campaign), args.run)
+    _emit(args, status.as_dict(), "\n".join("%s: %s" % item for item in status.as_dict().items()))
+    return EXIT_OK
+
+
+@verb("finalize", "record an ended run: parse its log, score it, charge its GPU time, triage a failure "
+                  "(exit 1 while it still runs; a hung run is torn down)")
+def cmd_finalize(args) -> int:
+    campaign = campaign_mod.Campaign(_dir(args))
+    row = runs_mod.finalize(campaign, _settings(args, campaign), args.run, args.hang_after)
+    if row is None:
+        raise CheckFailed("run %s is still running: poll it, and finalize when it has ended" % args.run)
+    failure = row.get("failure") or {}
+    _emit(args, {"result": row}, "run: %s\nstatus: %s%s" % (row["run"], row["status"], "\nfailure: %s: %s" % (
+        failure.get("class"), failure.get("evidence", "")[:200]) if failure else ""))
+    return EXIT_OK
+
+
+@verb("teardown", "stop a run and confirm it is gone")
+def cmd_teardown(args) -> int:
+    campaign = campaign_mod.Campaign(_dir(args))
+    status = runs_mod.teardown(campaign, _settings(args, campaign), args.run)
+    _emit(args, status.as_dict(), "run: %s\nstate: %s" % (args.run, status.state))
+    return EXIT_OK
+
+
 @verb("report", "write REPORT.md, and recipe.yaml when every pre-ship check passes (exit 1 when refused)")
 def cmd_report(args) -> int:
     snap = _snapshot(args)
@@ -328,6 +375,19 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("--hypothesis", required=True,
                            help="what the change should move (which bottleneck number) and by about how much")
             p.add_argument("--gpu", help="GPU model (h100, b200, ...) for the rules that depend on it")
+        elif name == "launch":
+            p.add_argument("run", nargs="?", help="a candidate written by `attune candidate new`")
+            p.add_argument("--baseline", action="store_true", help="launch the baseline (again: a repeat)")
+            p.add_argument("--repeat-of", metavar="RUN", help="launch the same recipe as RUN again")
+            p.add_argument("--confirm", action="store_true", help="with --repeat-of: the paired confirmation")
+            p.add_argument("--expected-gpu-hours", type=float, metavar="H",
+                           help="GPUs x expected hours (needed with a GPU-hour budget)")
+            p.add_argument("--gpu", help="GPU model (h100, b200, ...) for the legality rules that depend on it")
+        elif name in ("poll", "finalize", "teardown"):
+            p.add_argument("run", help="the run id")
+            if name == "finalize":
+                p.add_argument("--hang-after", type=float, default=runs_mod.HANG_AFTER_S, metavar="S",
+                               help="seconds without a new log line after which a running run is hung (900)")
         elif name == "metrics":
             p.add_argument("log", help="the log file (any size: it is read line by line)")
             p.add_argument("--exit-code", type=int, help="the run's exit code, for failure triage")

@@ -31,6 +31,7 @@ class RunFacts:
     seq_length: Optional[int] = None  # from the recipe (Megatron does not print it per step)
     events: tuple = ()
     seconds_without_progress: Optional[float] = None
+    hang_after_s: float = 900.0
 
 
 def metrics_columns(parsed: dict, seq_length: Optional[int], gpus: int) -> tuple:
@@ -82,7 +83,8 @@ def finalize(campaign: Campaign, facts: RunFacts) -> dict:
             lines = data.decode("utf-8", errors="replace").split("\n")
     metrics, warnings = metrics_columns(parsed, facts.seq_length, facts.gpus)
     found = triage.classify(parsed, exit_code=facts.exit_code, events=facts.events,
-                            seconds_without_progress=facts.seconds_without_progress, log_lines=lines)
+                            seconds_without_progress=facts.seconds_without_progress,
+                            hang_after_s=facts.hang_after_s, log_lines=lines)
     finished = facts.exit_code == 0 and found is None and bool(metrics.get("iter"))
     payload = {"run": facts.run, "metrics": metrics,
                "status": "finished" if finished else ("timeout" if found and found.cls == "hang" else "failed")}

@@ -1,0 +1,155 @@
+"""Backends run a recipe somewhere behind one interface: submit, status, log, teardown.
+
+``BACKENDS`` is a plain registry (an unknown name lists the valid ones). ``local`` runs the
+entrypoint as a process group on this host, for one-machine users and the demo. The KubeRay
+backend registers here the same way.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Optional
+
+from .errors import InputError
+from .recipe import Recipe
+
+LOCALRUN = Path(__file__).resolve().parent / "localrun.py"
+
+
+@dataclasses.dataclass(frozen=True)
+class Status:
+    state: str  # pending, running, succeeded, failed, lost (ended without a record), torn_down
+    exit_code: Optional[int] = None
+    started: Optional[float] = None
+    ended: Optional[float] = None
+    seconds_without_progress: Optional[float] = None
+
+    @property
+    def done(self) -> bool:
+        return self.state in ("succeeded", "failed", "lost", "torn_down")
+
+    def as_dict(self) -> dict:
+        out = dataclasses.asdict(self)
+        out["done"] = self.done
+        return out
+
+
+class LocalBackend(object):
+    """A run is ``localrun.py`` as a session leader, with the training command in its group."""
+
+    name = "local"
+
+    def __init__(self, settings=None):
+        self.settings = settings
+
+    def submit(self, run: str, recipe: Recipe, run_dir: Path) -> None:
+        if (run_dir / "local.json").exists():
+            raise InputError("run %s was submitted already (%s exists)" % (run, run_dir / "local.json"))
+        spec = {"command": recipe.command.text, "env": recipe.env(), "cwd": str(run_dir)}
+        (run_dir / "local.json").write_text(json.dumps(spec, indent=2))
+        proc = subprocess.Popen([sys.executable, str(LOCALRUN), str(run_dir)], start_new_session=True,
+                                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        (run_dir / "pid").write_text(str(proc.pid))
+
+    def log_path(self, run_dir: Path) -> Path:
+        return run_dir / "log.txt"
+
+    def status(self, run_dir: Path) -> Status:
+        exit_file, pid_file = run_dir / "exit.json", run_dir / "pid"
+        if exit_file.exists():
+            data = json.loads(exit_file.read_text())
+            return Status("succeeded" if data["exit_code"] == 0 else "failed", data["exit_code"],
+                          data["started"], data["ended"])
+        torn = run_dir / "teardown.json"
+        started = self._started(run_dir)
+        if torn.exists():
+            return Status("torn_down", None, started, json.loads(torn.read_text())["ended"])
+        if not pid_file.exists():
+            return Status("pending")
+        pid = int(pid_file.read_text())
+        log = self.log_path(run_dir)
+        quiet = time.time() - log.stat().st_mtime if log.exists() else None
+        if _alive(pid):
+            return Status("running" if started else "pending", None, started, None, quiet)
+        ended = log.stat().st_mtime if log.exists() else time.time()
+        return Status("lost", None, started, ended)
+
+    @staticmethod
+    def _started(run_dir: Path) -> Optional[float]:
+        path = run_dir / "started.json"
+        return json.loads(path.read_text())["started"] if path.exists() else None
+
+    def teardown(self, run_dir: Path, grace_s: float = 10.0) -> Status:
+        """Stop the run's whole process group (TERM, then KILL after ``grace_s``) and confirm it is gone."""
+        before = self.status(run_dir)
+        if before.done:
+            return before
+        pid = int((run_dir / "pid").read_text())
+        for sig, wait in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 5.0)):
+            try:
+                os.killpg(pid, sig)
+            except ProcessLookupError:
+                break
+            deadline = time.time() + wait
+            while time.time() < deadline and _group_alive(pid):
+                time.sleep(0.05)
+            if not _group_alive(pid):
+                break
+        if _group_alive(pid):
+            raise RuntimeError("run in %s: process group %d survived SIGKILL" % (run_dir, pid))
+        (run_dir / "teardown.json").write_text(json.dumps({"ended": time.time()}))
+        return self.status(run_dir)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:  # a zombie (ended, not yet reaped by its parent) is not alive
+        with open("/proc/%d/stat" % pid) as handle:
+            return handle.read().split(") ", 1)[1][:1] != "Z"
+    except OSError:
+        return True
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return any(_alive(pid) for pid in _group_members(pgid))
+
+
+def _group_members(pgid: int) -> list:
+    members = []
+    for entry in os.listdir("/proc") if os.path.isdir("/proc") else []:
+        if entry.isdigit():
+            try:
+                with open("/proc/%s/stat" % entry) as handle:
+                    fields = handle.read().split(") ", 1)[1].split()
+                if int(fields[2]) == pgid:
+                    members.append(int(entry))
+            except (OSError, IndexError, ValueError):
+                continue
+    return members or [pgid]
+
+
+BACKENDS = {"local": LocalBackend}
+
+
+def get(name: str, settings=None):
+    if name not in BACKENDS:
+        raise InputError("backend %r is not available here (available: %s)" % (name, ", ".join(sorted(BACKENDS))))
+    return BACKENDS[name](settings)

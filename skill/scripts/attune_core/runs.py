@@ -1,0 +1,122 @@
+"""The run lifecycle: launch, poll, finalize, teardown, recorded in the ledger.
+
+A launch row is appended before the backend is asked to start the run, so no run ever holds
+GPUs without a record; a submission that fails is finalized at once as failed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Optional
+
+from . import backends, budget as budget_mod, legality, workload
+from . import snapshot as snapshot_mod
+from .campaign import Campaign
+from .candidates import _allocate, _baseline
+from .errors import CheckFailed, InputError
+from .finalize import RunFacts, finalize as finalize_run
+from .recipe import Recipe
+
+HANG_AFTER_S = 900.0
+
+
+def _launch_rows(campaign: Campaign) -> dict:
+    return {row["run"]: row for row in campaign.ledger.rows() if row["kind"] == "launch"}
+
+
+def _first_baseline(launches: dict) -> Optional[str]:
+    baselines = sorted((row["ts"], row["run"]) for row in launches.values() if row["purpose"] == "baseline")
+    return baselines[0][1] if baselines else None
+
+
+def launch(campaign: Campaign, settings, run: str = None, baseline: bool = False, repeat_of: str = None,
+           confirm: bool = False, expected_gpu_hours: float = None, gpu: str = None) -> dict:
+    """Launch a candidate (``run``), a baseline run, or a repeat/confirmation of ``repeat_of``."""
+    if sum(bool(x) for x in (run, baseline, repeat_of)) != 1:
+        raise InputError("give exactly one of RUN, --baseline or --repeat-of RUN")
+    launches = _launch_rows(campaign)
+    first_baseline = _first_baseline(launches)
+    record = {}
+    if baseline:
+        recipe = workload.enforce(_baseline(settings))
+        violations = legality.check(recipe.args(), recipe.env(), recipe.gpus(), gpu)
+        if violations:
+            raise CheckFailed("the baseline is not a legal Megatron-LM configuration: %s"
+                              % "; ".join(str(v) for v in violations))
+        purpose, parent = ("repeat", first_baseline) if first_baseline else ("baseline", None)
+        text = recipe.render()
+    elif repeat_of:
+        if repeat_of not in launches:
+            raise InputError("--repeat-of %s: the ledger has no launch of that run" % repeat_of)
+        text = (campaign.run_dir(repeat_of) / "recipe.yaml").read_text(encoding="utf-8")
+        purpose, parent = ("confirm" if confirm else "repeat"), repeat_of
+    else:
+        if run in launches:
+            raise InputError("run %s was launched already; repeat it with --repeat-of %s" % (run, run))
+        path = campaign.run_dir(run) / "candidate.json"
+        if not path.is_file():
+            raise InputError("run %s has no candidate record (%s). Fix: write it with `attune candidate new`"
+                             % (run, path))
+        record = json.loads(path.read_text())
+        text = (campaign.run_dir(run) / "recipe.yaml").read_text(encoding="utf-8")
+        purpose = "candidate"
+        parent = first_baseline if record["parent"] == "baseline" else record["parent"]
+        if parent is None:
+            raise InputError("launch the baseline first (`attune launch --baseline`): the candidate's parent is it")
+    recipe = Recipe(text)
+    state = snapshot_mod.take(campaign.dir).budget
+    budget_mod.check_launch(state, expected_gpu_hours)
+    if not run:
+        run, directory = _allocate(campaign, settings.run_prefix)
+        (directory / "recipe.yaml").write_text(text, encoding="utf-8")
+    payload = {"run": run, "purpose": purpose, "recipe_sha256": hashlib.sha256(text.encode("utf-8")).hexdigest(),
+               "gpus": recipe.gpus(), "backend": settings.backend}
+    for key, value in (("parent", parent), ("change", record.get("change")), ("lever", record.get("lever")),
+                       ("hypothesis", record.get("hypothesis")), ("expected_gpu_hours", expected_gpu_hours)):
+        if value is not None:
+            payload[key] = value
+    row = campaign.append("launch", **payload)
+    backend = backends.get(settings.backend, settings)
+    try:
+        backend.submit(run, recipe.with_name(run), campaign.run_dir(run))
+    except Exception as exc:  # the launch row exists: record the failure rather than leave it open
+        campaign.append("result", run=run, status="failed",
+                        failure={"class": "crash", "evidence": "submission failed: %s" % exc, "source": "backend"})
+        raise CheckFailed("run %s could not be submitted: %s" % (run, exc))
+    return row
+
+
+def poll(campaign: Campaign, settings, run: str) -> backends.Status:
+    if run not in _launch_rows(campaign):
+        raise InputError("the ledger has no launch of run %s" % run)
+    return backends.get(settings.backend, settings).status(campaign.run_dir(run))
+
+
+def finalize(campaign: Campaign, settings, run: str, hang_after_s: float = HANG_AFTER_S) -> Optional[dict]:
+    """Finalize a run that ended (or hangs: it is torn down). None while it is still running."""
+    launches = _launch_rows(campaign)
+    if run not in launches:
+        raise InputError("the ledger has no launch of run %s" % run)
+    backend = backends.get(settings.backend, settings)
+    run_dir = campaign.run_dir(run)
+    status = backend.status(run_dir)
+    quiet = None
+    if not status.done:
+        if status.seconds_without_progress is None or status.seconds_without_progress <= hang_after_s:
+            return None
+        quiet = status.seconds_without_progress
+        status = backend.teardown(run_dir)
+    recipe = Recipe((run_dir / "recipe.yaml").read_text(encoding="utf-8"))
+    seq = recipe.args().get("--seq-length")
+    facts = RunFacts(run=run, log_path=backend.log_path(run_dir), exit_code=status.exit_code,
+                     started=status.started or status.ended or 0.0, ended=status.ended or 0.0,
+                     gpus=launches[run]["gpus"], seq_length=int(seq) if isinstance(seq, str) and seq.isdigit()
+                     else None, seconds_without_progress=quiet, hang_after_s=hang_after_s)
+    return finalize_run(campaign, facts)
+
+
+def teardown(campaign: Campaign, settings, run: str) -> backends.Status:
+    if run not in _launch_rows(campaign):
+        raise InputError("the ledger has no launch of run %s" % run)
+    return backends.get(settings.backend, settings).teardown(campaign.run_dir(run))

@@ -1,0 +1,123 @@
+"""The run lifecycle on the local backend, with real processes printing Megatron-LM lines."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+import pytest
+from conftest import DATA
+from factory import settings as make_settings
+
+from attune_core import campaign as campaign_mod
+from attune_core import cli, ranking, runs
+
+RECIPE = """apiVersion: ray.io/v1
+kind: RayJob
+metadata:
+  name: local-test
+spec:
+  entrypoint: |
+    {python} {script} \\
+      --tensor-model-parallel-size 1 --micro-batch-size 1 --global-batch-size 8 \\
+      --seq-length 128 --num-layers 2 --seed 1 --train-iters 20
+  runtimeEnvYAML: |
+    env_vars:
+      FAKE_MODE: ok
+  rayClusterSpec:
+    workerGroupSpecs:
+      - groupName: workers
+        replicas: 1
+        template:
+          spec:
+            containers:
+              - name: worker
+                resources:
+                  limits:
+                    nvidia.com/gpu: 1
+"""
+
+
+@pytest.fixture
+def campaign(tmp_path):
+    baseline = tmp_path / "baseline.yaml"
+    baseline.write_text(RECIPE.format(python=sys.executable, script=DATA / "fake_megatron.py"))
+    settings = make_settings(ATTUNE_BASELINE_YAML=str(baseline), ATTUNE_RUN_PREFIX="loc-",
+                             AUTOTUNE_GPUH_BUDGET="", AUTOTUNE_BUDGET="20")
+    made = campaign_mod.init(tmp_path / "c", settings, "loc-test")
+    yield made, settings
+    for run_dir in (made.dir / "runs").glob("*") if (made.dir / "runs").exists() else []:
+        try:
+            runs.backends.get("local").teardown(run_dir, grace_s=1.0)
+        except Exception:
+            pass
+
+
+def wait(campaign, settings, run, states, timeout=30.0):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        status = runs.poll(campaign, settings, run)
+        if status.state in states:
+            return status
+        time.sleep(0.1)
+    raise AssertionError("run %s did not reach %s: %s" % (run, states, runs.poll(campaign, settings, run)))
+
+
+def candidate(campaign, mode):
+    assert cli.main(["candidate", "new", "--campaign", str(campaign.dir), "--parent", "baseline",
+                     "--env", "FAKE_MODE=%s" % mode, "--lever", "test", "--hypothesis", mode]) == 0
+    return sorted(os.listdir(campaign.dir / "runs"))[-1]
+
+
+def test_baseline_runs_finishes_and_is_scored(campaign):
+    campaign, settings = campaign
+    row = runs.launch(campaign, settings, baseline=True)
+    assert row["purpose"] == "baseline" and row["gpus"] == 1 and row["backend"] == "local"
+    wait(campaign, settings, row["run"], ("succeeded",))
+    result = runs.finalize(campaign, settings, row["run"])
+    assert result["status"] == "finished" and result["metrics"]["iter"] == list(range(1, 21))
+    ranked = ranking.build(campaign.ledger.rows())
+    assert ranked.run(row["run"]).tokens == pytest.approx(8 * 128 / ((500.0 + 12) / 1000 * 1))
+    assert runs.finalize(campaign, settings, row["run"]) == result  # idempotent
+    assert "--exit-interval 20" in (campaign.run_dir(row["run"]) / "recipe.yaml").read_text()
+    assert runs.launch(campaign, settings, baseline=True)["purpose"] == "repeat"
+
+
+def test_hang_is_torn_down_and_triaged(campaign):
+    campaign, settings = campaign
+    runs.launch(campaign, settings, baseline=True)
+    run = candidate(campaign, "hang")
+    runs.launch(campaign, settings, run=run)
+    wait(campaign, settings, run, ("running",))
+    time.sleep(1.0)
+    assert runs.finalize(campaign, settings, run, hang_after_s=300) is None  # not yet hung
+    result = runs.finalize(campaign, settings, run, hang_after_s=0.5)
+    assert result["status"] == "timeout" and result["failure"]["class"] == "hang"
+    assert runs.poll(campaign, settings, run).state == "torn_down"
+    pid = int((campaign.run_dir(run) / "pid").read_text())
+    assert not runs.backends._group_alive(pid)
+
+
+def test_killed_and_oom_runs_fail_with_a_class(campaign):
+    campaign, settings = campaign
+    runs.launch(campaign, settings, baseline=True)
+    killed, oom = candidate(campaign, "killed"), candidate(campaign, "oom")
+    for run in (killed, oom):
+        runs.launch(campaign, settings, run=run)
+        wait(campaign, settings, run, ("failed",))
+    dead = runs.finalize(campaign, settings, killed)
+    assert dead["status"] == "failed" and dead["failure"]["class"] == "crash"
+    assert "exited with code -9" in dead["failure"]["evidence"]
+    short = runs.finalize(campaign, settings, oom)
+    assert short["failure"]["class"] == "oom" and "CUDA out of memory" in short["failure"]["evidence"]
+
+
+def test_teardown_of_a_running_run(campaign):
+    campaign, settings = campaign
+    runs.launch(campaign, settings, baseline=True)
+    run = candidate(campaign, "hang")
+    runs.launch(campaign, settings, run=run)
+    wait(campaign, settings, run, ("running",))
+    assert cli.main(["teardown", run, "--campaign", str(campaign.dir)]) == 0
+    assert runs.poll(campaign, settings, run).state == "torn_down"
