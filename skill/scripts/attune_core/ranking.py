@@ -240,6 +240,8 @@ def build(rows, window=(5, 19), noise_floor=0.01, baseline_repeats=3, scores=Non
         score = scores.get(row["seq"]) if scores is not None else None
         run.score = score if score is not None else score_run(row["status"], row.get("metrics"), window,
                                                                  row.get("failure"))
+        if run.purpose == "profile" and run.score.rankable:  # the profiler slows the steps it records
+            run.score = RunScore(False, "profile run: not scored (the profiler slows the steps it records)")
     for run_id, gate_rows in gates.items():
         run = runs.get(run_id)
         if run is None:

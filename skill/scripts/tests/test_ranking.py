@@ -189,3 +189,14 @@ def test_settings_feed_ranking(tmp_path):
     baseline(b, runs=2)
     ranked = ranking_mod.build(b.campaign.ledger.rows(), s.window, s.noise_floor, s.baseline_repeats)
     assert ranked.band == 0.05 and ranked.band_established
+
+
+def test_profile_runs_are_listed_but_never_scored(tmp_path):
+    b = Builder(tmp_path)
+    baseline(b)
+    b.launch("r004", "profile", "base+profiler", parent="r001")
+    b.result("r004", 500.0)
+    ranked = rank(b)
+    assert ranked.run("r004").tokens is None
+    assert ranked.run_status(ranked.run("r004")).startswith("not rankable: profile run")
+    assert ranked.leader is ranked.baseline
