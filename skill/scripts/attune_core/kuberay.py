@@ -1,0 +1,158 @@
+"""The KubeRay backend: RayJobs through the official ``kubernetes`` client (``ray.io/v1``).
+
+Only the campaign's context and namespace are used. Every RayJob is named after its run and
+labelled with the campaign's run prefix and the run id; ``shutdownAfterJobFinishes``, a TTL and
+``activeDeadlineSeconds`` (a hang guard) are set when the recipe leaves them out. Status reads
+both ``jobStatus`` and ``jobDeploymentStatus`` (``Complete`` also covers a FAILED or STOPPED job).
+Teardown deletes with foreground propagation and confirms the RayJob's pods are gone.
+
+Not yet here: reading a run's log through the log pod (exec through the API), so ``finalize``
+does not run on this backend yet.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import time
+from pathlib import Path
+from typing import Optional
+
+import yaml
+
+from .backends import BACKENDS, Status
+from .errors import CheckFailed, InputError
+from .recipe import Recipe
+
+GROUP, VERSION, PLURAL = "ray.io", "v1", "rayjobs"
+DEFAULTS = {"shutdownAfterJobFinishes": True, "ttlSecondsAfterFinished": 600, "activeDeadlineSeconds": 3600}
+LABEL_CAMPAIGN, LABEL_RUN = "attune.dev/campaign", "attune.dev/run"
+
+
+def _epoch(text: Optional[str]) -> Optional[float]:
+    if not text:
+        return None
+    return datetime.datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ").replace(
+        tzinfo=datetime.timezone.utc).timestamp()
+
+
+def rayjob_state(status: dict) -> str:
+    """pending, running, succeeded or failed from a RayJob's status (both fields read)."""
+    job = (status or {}).get("jobStatus") or ""
+    deployment = (status or {}).get("jobDeploymentStatus") or ""
+    if job == "SUCCEEDED":
+        return "succeeded"
+    if job in ("FAILED", "STOPPED") or deployment in ("Failed", "ValidationFailed"):
+        return "failed"
+    if deployment == "Complete":  # Complete without SUCCEEDED is a job that did not succeed
+        return "failed"
+    if job == "RUNNING":
+        return "running"
+    return "pending"
+
+
+class KubeRayBackend(object):
+    name = "kuberay"
+
+    def __init__(self, settings, api_client=None):
+        self.settings = settings
+        if api_client is None:
+            from kubernetes import config
+            api_client = config.new_client_from_config(context=settings.kube_context)
+        from kubernetes import client
+        self.custom = client.CustomObjectsApi(api_client)
+        self.core = client.CoreV1Api(api_client)
+        self.namespace = settings.namespace
+
+    def body(self, run: str, recipe: Recipe) -> dict:
+        manifest = yaml.safe_load(recipe.with_name(run).render())
+        metadata = manifest.setdefault("metadata", {})
+        metadata["namespace"] = self.namespace
+        labels = metadata.setdefault("labels", {}) or {}
+        labels.update({LABEL_CAMPAIGN: self.settings.run_prefix.rstrip("-"), LABEL_RUN: run})
+        metadata["labels"] = labels
+        spec = manifest.setdefault("spec", {})
+        for key, value in DEFAULTS.items():
+            spec.setdefault(key, value)
+        return manifest
+
+    def submit(self, run: str, recipe: Recipe, run_dir: Path) -> None:
+        from kubernetes.client.rest import ApiException
+        body = self.body(run, recipe)
+        (run_dir / "rayjob.json").write_text(json.dumps(body, indent=2))
+        try:
+            self.custom.create_namespaced_custom_object(GROUP, VERSION, self.namespace, PLURAL, body)
+        except ApiException as exc:
+            if exc.status == 409:
+                raise InputError("RayJob %s already exists in namespace %s: the run id is taken on the cluster"
+                                 % (run, self.namespace))
+            raise CheckFailed("creating RayJob %s failed: HTTP %s %s" % (run, exc.status, exc.reason))
+
+    def _get(self, run: str) -> Optional[dict]:
+        from kubernetes.client.rest import ApiException
+        try:
+            return self.custom.get_namespaced_custom_object(GROUP, VERSION, self.namespace, PLURAL, run)
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    def status(self, run_dir: Path) -> Status:
+        run = run_dir.name
+        if (run_dir / "teardown.json").exists():
+            return Status("torn_down", None, None, json.loads((run_dir / "teardown.json").read_text())["ended"])
+        job = self._get(run)
+        if job is None:
+            return Status("lost")
+        status = job.get("status") or {}
+        state = rayjob_state(status)
+        code = 0 if state == "succeeded" else (1 if state == "failed" else None)
+        return Status(state, code, _epoch(status.get("startTime")), _epoch(status.get("endTime")))
+
+    def events(self, run: str) -> list:
+        """Warning and normal event messages of the RayJob and its pods, oldest first."""
+        items = self.core.list_namespaced_event(self.namespace).items
+        out = []
+        for event in items:
+            name = event.involved_object.name or ""
+            if name == run or name.startswith(run + "-"):
+                out.append("%s  %s  %s/%s  %s" % (event.type, event.reason, (event.involved_object.kind or "").lower(),
+                                                 name, event.message))
+        return out
+
+    def pods(self, run: str) -> list:
+        job = self._get(run) or {}
+        cluster = (job.get("status") or {}).get("rayClusterName")
+        selectors = ["%s=%s" % (LABEL_RUN, run)] + (["ray.io/cluster=%s" % cluster] if cluster else [])
+        names = set()
+        for selector in selectors:
+            names.update(pod.metadata.name for pod in self.core.list_namespaced_pod(
+                self.namespace, label_selector=selector).items)
+        return sorted(names)
+
+    def teardown(self, run_dir: Path, timeout_s: float = 300.0) -> Status:
+        from kubernetes import client
+        from kubernetes.client.rest import ApiException
+        run = run_dir.name
+        pods = self.pods(run)
+        try:
+            self.custom.delete_namespaced_custom_object(
+                GROUP, VERSION, self.namespace, PLURAL, run,
+                body=client.V1DeleteOptions(propagation_policy="Foreground"))
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+        deadline = time.time() + timeout_s
+        while time.time() < deadline:
+            remaining = [name for name in self.pods(run) if name in pods] if pods else self.pods(run)
+            if not remaining and self._get(run) is None:
+                (run_dir / "teardown.json").write_text(json.dumps({"ended": time.time()}))
+                return self.status(run_dir)
+            time.sleep(1.0)
+        raise CheckFailed("RayJob %s: pods still present %.0f s after deletion" % (run, timeout_s))
+
+    def log_path(self, run_dir: Path) -> Path:
+        raise CheckFailed("reading run logs through the log pod is not implemented yet on the kuberay backend")
+
+
+BACKENDS["kuberay"] = KubeRayBackend

@@ -1,0 +1,114 @@
+"""An HTTP-level fake of the Kubernetes API endpoints the KubeRay backend uses, so the official
+``kubernetes`` client runs end to end against it (no cluster, loopback only)."""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import parse_qs, urlparse
+
+RAYJOB = re.compile(r"^/apis/ray\.io/v1/namespaces/(?P<ns>[^/]+)/rayjobs(?:/(?P<name>[^/]+))?$")
+PODS = re.compile(r"^/api/v1/namespaces/(?P<ns>[^/]+)/pods$")
+EVENTS = re.compile(r"^/api/v1/namespaces/(?P<ns>[^/]+)/events$")
+
+
+class FakeKube(object):
+    def __init__(self):
+        self.rayjobs = {}  # (ns, name) -> object
+        self.pods = {}  # name -> labels
+        self.events = []  # dicts: type, reason, kind, name, message
+        self.requests = []  # (method, path)
+        self.create_status = None  # e.g. 409 to script a conflict
+        self.pod_polls_until_gone = 0
+        fake = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def _send(self, code, body):
+                data = json.dumps(body).encode()
+                self.send_response(code)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def _body(self):
+                length = int(self.headers.get("Content-Length") or 0)
+                return json.loads(self.rfile.read(length) or b"{}")
+
+            def _status(self, code, reason):
+                self._send(code, {"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": reason,
+                                  "code": code, "message": reason})
+
+            def do_POST(self):
+                url = urlparse(self.path)
+                fake.requests.append(("POST", url.path))
+                match = RAYJOB.match(url.path)
+                body = self._body()
+                if not match:
+                    return self._status(404, "NotFound")
+                key = (match.group("ns"), body["metadata"]["name"])
+                if fake.create_status or key in fake.rayjobs:
+                    return self._status(fake.create_status or 409, "AlreadyExists")
+                body.setdefault("status", {"jobStatus": "", "jobDeploymentStatus": "Initializing"})
+                fake.rayjobs[key] = body
+                self._send(201, body)
+
+            def do_GET(self):
+                url = urlparse(self.path)
+                fake.requests.append(("GET", url.path))
+                query = parse_qs(url.query)
+                match = RAYJOB.match(url.path)
+                if match and match.group("name"):
+                    job = fake.rayjobs.get((match.group("ns"), match.group("name")))
+                    return self._send(200, job) if job else self._status(404, "NotFound")
+                if PODS.match(url.path):
+                    selector = query.get("labelSelector", [""])[0]
+                    key, _, value = selector.partition("=")
+                    if fake.pod_polls_until_gone > 0:
+                        fake.pod_polls_until_gone -= 1
+                    names = [name for name, labels in fake.pods.items() if labels.get(key) == value]
+                    return self._send(200, {"kind": "PodList", "apiVersion": "v1", "metadata": {},
+                                            "items": [{"metadata": {"name": n}} for n in names]})
+                if EVENTS.match(url.path):
+                    items = [{"metadata": {"name": "e%d" % i}, "type": e["type"], "reason": e["reason"],
+                              "message": e["message"], "involvedObject": {"kind": e["kind"], "name": e["name"]}}
+                             for i, e in enumerate(fake.events)]
+                    return self._send(200, {"kind": "EventList", "apiVersion": "v1", "metadata": {}, "items": items})
+                self._status(404, "NotFound")
+
+            def do_DELETE(self):
+                url = urlparse(self.path)
+                fake.requests.append(("DELETE", url.path))
+                match = RAYJOB.match(url.path)
+                body = self._body()
+                fake.last_delete_body = body
+                key = (match.group("ns"), match.group("name")) if match else None
+                if key not in fake.rayjobs:
+                    return self._status(404, "NotFound")
+                del fake.rayjobs[key]
+                for name in [n for n, labels in fake.pods.items() if labels.get("attune.dev/run") == key[1]]:
+                    del fake.pods[name]
+                self._send(200, {"kind": "Status", "apiVersion": "v1", "status": "Success"})
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    @property
+    def url(self) -> str:
+        return "http://127.0.0.1:%d" % self.server.server_address[1]
+
+    def api_client(self):
+        from kubernetes import client
+        configuration = client.Configuration()
+        configuration.host = self.url
+        return client.ApiClient(configuration)
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()

@@ -1,0 +1,103 @@
+"""The KubeRay backend through the official kubernetes client against an HTTP-level fake API."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from conftest import DATA
+from fake_kube import FakeKube
+from factory import settings as make_settings
+
+from attune_core.errors import CheckFailed, InputError
+from attune_core.kuberay import KubeRayBackend, rayjob_state
+from attune_core.recipe import Recipe
+
+TEXT = (DATA / "recipes" / "megatron_rayjob.yaml").read_text()
+
+
+@pytest.fixture
+def kube():
+    fake = FakeKube()
+    yield fake
+    fake.close()
+
+
+@pytest.fixture
+def backend(kube):
+    settings = make_settings(ATTUNE_BACKEND="kuberay", ATTUNE_KUBE_CONTEXT="test", ATTUNE_NAMESPACE="ml-tuning",
+                             ATTUNE_IMAGE="img", ATTUNE_SHARED_DIR="/mnt/shared", AUTOTUNE_LOG_POD="log-reader",
+                             ATTUNE_RUN_PREFIX="alice-llama8b-")
+    return KubeRayBackend(settings, api_client=kube.api_client())
+
+
+def test_submit_names_labels_and_guards_the_rayjob(kube, backend, tmp_path):
+    run_dir = tmp_path / "alice-llama8b-r002"
+    run_dir.mkdir()
+    backend.submit("alice-llama8b-r002", Recipe(TEXT), run_dir)
+    job = kube.rayjobs[("ml-tuning", "alice-llama8b-r002")]
+    assert job["metadata"]["labels"]["attune.dev/run"] == "alice-llama8b-r002"
+    assert job["metadata"]["labels"]["attune.dev/campaign"] == "alice-llama8b"
+    assert job["metadata"]["labels"]["attune/campaign"] == "alice-llama8b"  # the recipe's own label is kept
+    assert job["spec"]["shutdownAfterJobFinishes"] is True and job["spec"]["activeDeadlineSeconds"] == 3600
+    assert ("POST", "/apis/ray.io/v1/namespaces/ml-tuning/rayjobs") in kube.requests
+    assert json.loads((run_dir / "rayjob.json").read_text())["metadata"]["name"] == "alice-llama8b-r002"
+    with pytest.raises(InputError, match="already exists"):
+        backend.submit("alice-llama8b-r002", Recipe(TEXT), run_dir)
+
+
+@pytest.mark.parametrize("status, state", [
+    ({"jobStatus": "", "jobDeploymentStatus": "Initializing"}, "pending"),
+    ({"jobStatus": "PENDING", "jobDeploymentStatus": "Running"}, "pending"),
+    ({"jobStatus": "RUNNING", "jobDeploymentStatus": "Running"}, "running"),
+    ({"jobStatus": "SUCCEEDED", "jobDeploymentStatus": "Complete"}, "succeeded"),
+    ({"jobStatus": "FAILED", "jobDeploymentStatus": "Complete"}, "failed"),
+    ({"jobStatus": "STOPPED", "jobDeploymentStatus": "Complete"}, "failed"),
+    ({"jobStatus": "RUNNING", "jobDeploymentStatus": "Complete"}, "failed"),
+    ({"jobStatus": "", "jobDeploymentStatus": "Failed", "reason": "DeadlineExceeded"}, "failed"),
+])
+def test_status_reads_both_fields(status, state):
+    assert rayjob_state(status) == state
+
+
+def test_status_and_times_from_the_api(kube, backend, tmp_path):
+    run_dir = tmp_path / "alice-llama8b-r003"
+    run_dir.mkdir()
+    backend.submit("alice-llama8b-r003", Recipe(TEXT), run_dir)
+    assert backend.status(run_dir).state == "pending"
+    kube.rayjobs[("ml-tuning", "alice-llama8b-r003")]["status"] = {
+        "jobStatus": "FAILED", "jobDeploymentStatus": "Complete",
+        "startTime": "2026-11-02T09:00:00Z", "endTime": "2026-11-02T09:10:00Z"}
+    status = backend.status(run_dir)
+    assert status.state == "failed" and status.ended - status.started == 600.0
+
+
+def test_teardown_deletes_in_the_foreground_and_confirms_pods_are_gone(kube, backend, tmp_path):
+    run_dir = tmp_path / "alice-llama8b-r004"
+    run_dir.mkdir()
+    backend.submit("alice-llama8b-r004", Recipe(TEXT), run_dir)
+    kube.pods = {"alice-llama8b-r004-head": {"attune.dev/run": "alice-llama8b-r004"},
+                 "someone-else": {"attune.dev/run": "other"}}
+    status = backend.teardown(run_dir, timeout_s=5)
+    assert status.state == "torn_down"
+    assert kube.last_delete_body["propagationPolicy"] == "Foreground"
+    assert "someone-else" in kube.pods and ("ml-tuning", "alice-llama8b-r004") not in kube.rayjobs
+    # deleting what is already gone (404) is fine
+    run_dir2 = tmp_path / "alice-llama8b-r005"
+    run_dir2.mkdir()
+    assert backend.teardown(run_dir2, timeout_s=5).state == "torn_down"
+
+
+def test_events_of_the_run_are_read(kube, backend):
+    kube.events = [
+        {"type": "Warning", "reason": "FailedScheduling", "kind": "Pod", "name": "alice-llama8b-r006-head-x",
+         "message": "0/8 nodes are available: 8 Insufficient nvidia.com/gpu."},
+        {"type": "Normal", "reason": "Scheduled", "kind": "Pod", "name": "other-pod", "message": "ok"}]
+    events = backend.events("alice-llama8b-r006")
+    assert events == ["Warning  FailedScheduling  pod/alice-llama8b-r006-head-x  0/8 nodes are available: "
+                      "8 Insufficient nvidia.com/gpu."]
+
+
+def test_logs_are_not_read_yet(backend, tmp_path):
+    with pytest.raises(CheckFailed, match="not implemented yet"):
+        backend.log_path(tmp_path)
