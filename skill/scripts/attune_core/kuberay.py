@@ -6,8 +6,9 @@ labelled with the campaign's run prefix and the run id; ``shutdownAfterJobFinish
 both ``jobStatus`` and ``jobDeploymentStatus`` (``Complete`` also covers a FAILED or STOPPED job).
 Teardown deletes with foreground propagation and confirms the RayJob's pods are gone.
 
-Not yet here: reading a run's log through the log pod (exec through the API), so ``finalize``
-does not run on this backend yet.
+Logs are read from the shared volume through the log pod (``AUTOTUNE_LOG_POD``, which mounts it
+read-only), by exec through the API: never from anything the agent wrote. A run's log is
+``$ATTUNE_SHARED_DIR/<run>/log.txt``, as the run's entrypoint writes it.
 """
 
 from __future__ import annotations
@@ -151,8 +152,36 @@ class KubeRayBackend(object):
             time.sleep(1.0)
         raise CheckFailed("RayJob %s: pods still present %.0f s after deletion" % (run, timeout_s))
 
+    def remote_log(self, run: str) -> str:
+        return "%s/%s/log.txt" % (self.settings.shared_dir.rstrip("/"), run)
+
     def log_path(self, run_dir: Path) -> Path:
-        raise CheckFailed("reading run logs through the log pod is not implemented yet on the kuberay backend")
+        """Copy the run's log out of the log pod into ``runs/<run>/log.txt`` (streamed) and return it."""
+        from kubernetes.stream import stream
+        run = run_dir.name
+        target = run_dir / "log.txt"
+        tmp = run_dir / "log.txt.partial"
+        resp = stream(self.core.connect_get_namespaced_pod_exec, self.settings.log_pod, self.namespace,
+                      command=["cat", self.remote_log(run)], stderr=True, stdin=False, stdout=True, tty=False,
+                      _preload_content=False, binary=True)
+        errors = []
+        with open(tmp, "wb") as handle:
+            while resp.is_open():
+                resp.update(timeout=5)
+                if resp.peek_stdout():
+                    handle.write(resp.read_stdout())
+                if resp.peek_stderr():
+                    errors.append(resp.read_stderr())
+            handle.write(resp.read_stdout() or b"")
+        code = resp.returncode
+        resp.close()
+        if code not in (0, None):
+            tmp.unlink()
+            detail = b"".join(errors).decode("utf-8", "replace").strip()
+            raise CheckFailed("reading %s through log pod %s failed (exit %s): %s"
+                              % (self.remote_log(run), self.settings.log_pod, code, detail))
+        tmp.replace(target)
+        return target
 
 
 BACKENDS["kuberay"] = KubeRayBackend

@@ -12,6 +12,21 @@ from urllib.parse import parse_qs, urlparse
 RAYJOB = re.compile(r"^/apis/ray\.io/v1/namespaces/(?P<ns>[^/]+)/rayjobs(?:/(?P<name>[^/]+))?$")
 PODS = re.compile(r"^/api/v1/namespaces/(?P<ns>[^/]+)/pods$")
 EVENTS = re.compile(r"^/api/v1/namespaces/(?P<ns>[^/]+)/events$")
+EXEC = re.compile(r"^/api/v1/namespaces/(?P<ns>[^/]+)/pods/(?P<pod>[^/]+)/exec$")
+WS_GUID = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
+
+
+def ws_frame(payload: bytes, opcode: int = 2) -> bytes:
+    """One unmasked server WebSocket frame (RFC 6455)."""
+    head = bytes([0x80 | opcode])
+    size = len(payload)
+    if size < 126:
+        head += bytes([size])
+    elif size < 1 << 16:
+        head += bytes([126]) + size.to_bytes(2, "big")
+    else:
+        head += bytes([127]) + size.to_bytes(8, "big")
+    return head + payload
 
 
 class FakeKube(object):
@@ -22,6 +37,8 @@ class FakeKube(object):
         self.requests = []  # (method, path)
         self.create_status = None  # e.g. 409 to script a conflict
         self.pod_polls_until_gone = 0
+        self.files = {}  # (pod, path) -> bytes served by `cat` through exec
+        self.execs = []  # (pod, command)
         fake = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -58,10 +75,41 @@ class FakeKube(object):
                 fake.rayjobs[key] = body
                 self._send(201, body)
 
+            def _exec(self, match, query):
+                import base64
+                import hashlib
+                command = query.get("command", [])
+                pod = match.group("pod")
+                fake.execs.append((pod, command))
+                accept = base64.b64encode(hashlib.sha1((self.headers["Sec-WebSocket-Key"] + WS_GUID).encode())
+                                          .digest()).decode()
+                self.send_response(101)
+                self.send_header("Upgrade", "websocket")
+                self.send_header("Connection", "Upgrade")
+                self.send_header("Sec-WebSocket-Accept", accept)
+                self.send_header("Sec-WebSocket-Protocol", "v4.channel.k8s.io")
+                self.end_headers()
+                data = fake.files.get((pod, command[-1])) if command[:1] == ["cat"] else None
+                if data is None:
+                    self.wfile.write(ws_frame(b"\x02cat: %s: No such file or directory\n" % command[-1].encode()))
+                    status = {"status": "Failure", "reason": "NonZeroExitCode",
+                              "details": {"causes": [{"reason": "ExitCode", "message": "1"}]}}
+                else:
+                    for start in range(0, len(data), 65536):
+                        self.wfile.write(ws_frame(b"\x01" + data[start:start + 65536]))
+                    status = {"status": "Success"}
+                self.wfile.write(ws_frame(b"\x03" + json.dumps(status).encode()))
+                self.wfile.write(ws_frame(b"", opcode=8))
+                self.wfile.flush()
+                self.close_connection = True
+
             def do_GET(self):
                 url = urlparse(self.path)
                 fake.requests.append(("GET", url.path))
                 query = parse_qs(url.query)
+                exec_match = EXEC.match(url.path)
+                if exec_match and self.headers.get("Upgrade", "").lower() == "websocket":
+                    return self._exec(exec_match, query)
                 match = RAYJOB.match(url.path)
                 if match and match.group("name"):
                     job = fake.rayjobs.get((match.group("ns"), match.group("name")))

@@ -98,6 +98,16 @@ def test_events_of_the_run_are_read(kube, backend):
                       "8 Insufficient nvidia.com/gpu."]
 
 
-def test_logs_are_not_read_yet(backend, tmp_path):
-    with pytest.raises(CheckFailed, match="not implemented yet"):
-        backend.log_path(tmp_path)
+def test_the_log_is_read_through_the_log_pod(kube, backend, tmp_path):
+    run_dir = tmp_path / "alice-llama8b-r007"
+    run_dir.mkdir()
+    real = (DATA / "logs" / "A_iteration" / "mlm1570_mcore_resume.log").read_bytes() * 200  # over 64 KiB
+    kube.files[("log-reader", "/mnt/shared/alice-llama8b-r007/log.txt")] = real
+    path = backend.log_path(run_dir)
+    assert path.read_bytes() == real
+    assert kube.execs == [("log-reader", ["cat", "/mnt/shared/alice-llama8b-r007/log.txt"])]
+    missing = tmp_path / "alice-llama8b-r008"
+    missing.mkdir()
+    with pytest.raises(CheckFailed, match="No such file"):
+        backend.log_path(missing)
+    assert not (missing / "log.txt").exists()
