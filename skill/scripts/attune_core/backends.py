@@ -61,6 +61,10 @@ class LocalBackend(object):
     def log_path(self, run_dir: Path) -> Path:
         return run_dir / "log.txt"
 
+    def events(self, run: str) -> list:
+        """A local run has no scheduler events."""
+        return []
+
     def status(self, run_dir: Path) -> Status:
         exit_file, pid_file = run_dir / "exit.json", run_dir / "pid"
         if exit_file.exists():

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import os
 import time
 from pathlib import Path
 from typing import Optional
@@ -59,7 +60,12 @@ class KubeRayBackend(object):
         self.settings = settings
         if api_client is None:
             from kubernetes import config
-            api_client = config.new_client_from_config(context=settings.kube_context)
+            path = os.environ.get("KUBECONFIG") or None  # read now: the client reads it only at its import
+            try:
+                api_client = config.new_client_from_config(config_file=path, context=settings.kube_context)
+            except (config.ConfigException, OSError) as exc:
+                raise InputError("ATTUNE_KUBE_CONTEXT=%s: cannot load it from the kubeconfig (%s). Fix: check "
+                                 "`kubectl config get-contexts` and KUBECONFIG" % (settings.kube_context, exc))
         from kubernetes import client
         self.custom = client.CustomObjectsApi(api_client)
         self.core = client.CoreV1Api(api_client)

@@ -6,19 +6,23 @@ GPUs without a record; a submission that fails is finalized at once as failed.
 
 from __future__ import annotations
 
+import datetime
 import hashlib
 import json
+import time
 from typing import Optional
 
 from . import backends, budget as budget_mod, legality, workload
 from . import snapshot as snapshot_mod
 from .campaign import Campaign
+from .chainlog import parse_ts
 from .candidates import _allocate, _baseline
 from .errors import CheckFailed, InputError
 from .finalize import RunFacts, finalize as finalize_run
 from .recipe import Recipe
 
 HANG_AFTER_S = 900.0
+PENDING_AFTER_S = 1800.0
 
 
 def _launch_rows(campaign: Campaign) -> dict:
@@ -93,8 +97,10 @@ def poll(campaign: Campaign, settings, run: str) -> backends.Status:
     return backends.get(settings.backend, settings).status(campaign.run_dir(run))
 
 
-def finalize(campaign: Campaign, settings, run: str, hang_after_s: float = HANG_AFTER_S) -> Optional[dict]:
-    """Finalize a run that ended (or hangs: it is torn down). None while it is still running."""
+def finalize(campaign: Campaign, settings, run: str, hang_after_s: float = HANG_AFTER_S,
+             pending_after_s: float = PENDING_AFTER_S) -> Optional[dict]:
+    """Finalize a run that ended. A run that hangs, or stays pending past ``pending_after_s``
+    (it cannot be scheduled), is torn down first. None while it is still running normally."""
     launches = _launch_rows(campaign)
     if run not in launches:
         raise InputError("the ledger has no launch of run %s" % run)
@@ -102,17 +108,30 @@ def finalize(campaign: Campaign, settings, run: str, hang_after_s: float = HANG_
     run_dir = campaign.run_dir(run)
     status = backend.status(run_dir)
     quiet = None
+    events = ()
     if not status.done:
-        if status.seconds_without_progress is None or status.seconds_without_progress <= hang_after_s:
+        waited = time.time() - parse_ts(launches[run]["ts"]).replace(tzinfo=datetime.timezone.utc).timestamp()
+        if status.state == "pending" and waited > pending_after_s:
+            events = tuple(backend.events(run)) or ("Unschedulable: still pending %.0f s after launch (limit %.0f s)"
+                                                    % (waited, pending_after_s),)
+        elif status.seconds_without_progress is not None and status.seconds_without_progress > hang_after_s:
+            quiet = status.seconds_without_progress
+        else:
             return None
-        quiet = status.seconds_without_progress
         status = backend.teardown(run_dir)
+    else:
+        events = tuple(backend.events(run))
     recipe = Recipe((run_dir / "recipe.yaml").read_text(encoding="utf-8"))
     seq = recipe.args().get("--seq-length")
-    facts = RunFacts(run=run, log_path=backend.log_path(run_dir), exit_code=status.exit_code,
-                     started=status.started or status.ended or 0.0, ended=status.ended or 0.0,
+    try:
+        log = backend.log_path(run_dir)
+    except CheckFailed as exc:  # no log to read (the run never started): finalize says so
+        log = run_dir / "log.txt.unavailable"
+        events = events + ("log unavailable: %s" % exc,)
+    facts = RunFacts(run=run, log_path=log, exit_code=status.exit_code,
+                     started=status.started or status.ended or 0.0, ended=status.ended or status.started or 0.0,
                      gpus=launches[run]["gpus"], seq_length=int(seq) if isinstance(seq, str) and seq.isdigit()
-                     else None, seconds_without_progress=quiet, hang_after_s=hang_after_s)
+                     else None, events=events, seconds_without_progress=quiet, hang_after_s=hang_after_s)
     return finalize_run(campaign, facts)
 
 

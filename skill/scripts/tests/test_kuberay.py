@@ -111,3 +111,59 @@ def test_the_log_is_read_through_the_log_pod(kube, backend, tmp_path):
     with pytest.raises(CheckFailed, match="No such file"):
         backend.log_path(missing)
     assert not (missing / "log.txt").exists()
+
+
+# ------------------------------------------------------------------ the lifecycle through the verbs
+LINE = (" [2026-11-02 09:00:{sec:02d}] iteration {it:8d}/      20 | consumed samples: {cs:12d} | elapsed time per "
+        "iteration (ms): {ms:.1f} | learning rate: 3.000000E-04 | global batch size:   128 | lm loss: {loss:.6E} | "
+        "loss scale: 1.0 | grad norm: 1.234 | number of skipped iterations:   0 | number of nan iterations:   0 |")
+
+
+@pytest.fixture
+def cluster_campaign(kube, tmp_path, monkeypatch):
+    """A campaign on the kuberay backend whose kubeconfig points at the fake API."""
+    import shutil
+    from attune_core import campaign as campaign_mod
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(
+        "apiVersion: v1\nkind: Config\ncurrent-context: test\n"
+        "clusters: [{name: fake, cluster: {server: '%s'}}]\n"
+        "users: [{name: u, user: {token: not-a-secret}}]\n"
+        "contexts: [{name: test, context: {cluster: fake, user: u, namespace: ml-tuning}}]\n" % kube.url)
+    monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
+    baseline = tmp_path / "baseline.yaml"
+    shutil.copy(DATA / "recipes" / "megatron_rayjob.yaml", baseline)
+    settings = make_settings(ATTUNE_BACKEND="kuberay", ATTUNE_KUBE_CONTEXT="test", ATTUNE_NAMESPACE="ml-tuning",
+                             ATTUNE_IMAGE="img", ATTUNE_SHARED_DIR="/mnt/shared", AUTOTUNE_LOG_POD="log-reader",
+                             ATTUNE_RUN_PREFIX="alice-llama8b-", ATTUNE_BASELINE_YAML=str(baseline))
+    return campaign_mod.init(tmp_path / "c", settings, "alice-llama8b-e2e"), settings
+
+
+def test_launch_finalize_on_the_cluster(kube, cluster_campaign):
+    from attune_core import ranking, runs
+    campaign, settings = cluster_campaign
+    row = runs.launch(campaign, settings, baseline=True, expected_gpu_hours=3.0)
+    run = row["run"]
+    assert row["gpus"] == 16 and ("ml-tuning", run) in kube.rayjobs
+    assert runs.finalize(campaign, settings, run) is None  # pending, within the limit
+    kube.rayjobs[("ml-tuning", run)]["status"] = {"jobStatus": "SUCCEEDED", "jobDeploymentStatus": "Complete",
+                                                  "startTime": "2026-11-02T09:00:00Z", "endTime": "2026-11-02T09:10:00Z"}
+    log = "\n".join(LINE.format(sec=i, it=i, cs=128 * i, ms=3400.0, loss=10 - 0.1 * i) for i in range(1, 21))
+    kube.files[("log-reader", "/mnt/shared/%s/log.txt" % run)] = log.encode() + b"\n"
+    result = runs.finalize(campaign, settings, run)
+    assert result["status"] == "finished" and result["metrics"]["seq_length"] == 4096
+    assert [r["gpu_seconds"] for r in campaign.gpu_log.rows()] == [16 * 600]
+    assert ranking.build(campaign.ledger.rows()).run(run).tokens == pytest.approx(128 * 4096 / (3.4 * 16))
+
+
+def test_a_run_pending_past_the_limit_is_torn_down_as_unschedulable(kube, cluster_campaign):
+    from attune_core import runs
+    campaign, settings = cluster_campaign
+    run = runs.launch(campaign, settings, baseline=True, expected_gpu_hours=3.0)["run"]
+    kube.rayjobs[("ml-tuning", run)]["status"] = {"jobStatus": "PENDING", "jobDeploymentStatus": "Initializing"}
+    kube.events = [{"type": "Warning", "reason": "FailedScheduling", "kind": "Pod", "name": run + "-head-abc",
+                    "message": "0/4 nodes are available: 4 Insufficient nvidia.com/gpu."}]
+    result = runs.finalize(campaign, settings, run, pending_after_s=0.0)
+    assert result["status"] == "failed" and result["failure"]["class"] == "unschedulable"
+    assert "Insufficient nvidia.com/gpu" in result["failure"]["evidence"]
+    assert ("ml-tuning", run) not in kube.rayjobs
