@@ -127,9 +127,13 @@ class KubeRayBackend(object):
                                                  name, event.message))
         return out
 
-    def pods(self, run: str) -> list:
+    def _cluster(self, run: str) -> Optional[str]:
         job = self._get(run) or {}
-        cluster = (job.get("status") or {}).get("rayClusterName")
+        return (job.get("status") or {}).get("rayClusterName")
+
+    def pods(self, run: str, cluster: Optional[str] = None) -> list:
+        """The run's pods: labelled with the run, or belonging to its RayCluster."""
+        cluster = cluster or self._cluster(run)
         selectors = ["%s=%s" % (LABEL_RUN, run)] + (["ray.io/cluster=%s" % cluster] if cluster else [])
         names = set()
         for selector in selectors:
@@ -141,7 +145,7 @@ class KubeRayBackend(object):
         from kubernetes import client
         from kubernetes.client.rest import ApiException
         run = run_dir.name
-        pods = self.pods(run)
+        cluster = self._cluster(run)  # remembered: once the RayJob is gone its status is too
         try:
             self.custom.delete_namespaced_custom_object(
                 GROUP, VERSION, self.namespace, PLURAL, run,
@@ -151,8 +155,7 @@ class KubeRayBackend(object):
                 raise
         deadline = time.time() + timeout_s
         while time.time() < deadline:
-            remaining = [name for name in self.pods(run) if name in pods] if pods else self.pods(run)
-            if not remaining and self._get(run) is None:
+            if not self.pods(run, cluster) and self._get(run) is None:
                 (run_dir / "teardown.json").write_text(json.dumps({"ended": time.time()}))
                 return self.status(run_dir)
             time.sleep(1.0)

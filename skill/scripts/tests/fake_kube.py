@@ -119,6 +119,9 @@ class FakeKube(object):
                     key, _, value = selector.partition("=")
                     if fake.pod_polls_until_gone > 0:
                         fake.pod_polls_until_gone -= 1
+                        if fake.pod_polls_until_gone == 0:  # foreground deletion finished
+                            for name in [n for n, labels in fake.pods.items() if labels.get("doomed")]:
+                                del fake.pods[name]
                     names = [name for name, labels in fake.pods.items() if labels.get(key) == value]
                     return self._send(200, {"kind": "PodList", "apiVersion": "v1", "metadata": {},
                                             "items": [{"metadata": {"name": n}} for n in names]})
@@ -138,9 +141,13 @@ class FakeKube(object):
                 key = (match.group("ns"), match.group("name")) if match else None
                 if key not in fake.rayjobs:
                     return self._status(404, "NotFound")
-                del fake.rayjobs[key]
+                cluster = (fake.rayjobs.pop(key).get("status") or {}).get("rayClusterName")
                 for name in [n for n, labels in fake.pods.items() if labels.get("attune.dev/run") == key[1]]:
                     del fake.pods[name]
+                for labels in fake.pods.values():  # the cluster's pods go a few polls later
+                    if cluster and labels.get("ray.io/cluster") == cluster:
+                        labels["doomed"] = True
+                        fake.pod_polls_until_gone = max(fake.pod_polls_until_gone, 3)
                 self._send(200, {"kind": "Status", "apiVersion": "v1", "status": "Success"})
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)

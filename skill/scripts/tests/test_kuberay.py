@@ -82,6 +82,14 @@ def test_teardown_deletes_in_the_foreground_and_confirms_pods_are_gone(kube, bac
     assert status.state == "torn_down"
     assert kube.last_delete_body["propagationPolicy"] == "Foreground"
     assert "someone-else" in kube.pods and ("ml-tuning", "alice-llama8b-r004") not in kube.rayjobs
+    # the RayCluster's own pods carry only ray.io/cluster: teardown waits for them too
+    run_dir3 = tmp_path / "alice-llama8b-r009"
+    run_dir3.mkdir()
+    backend.submit("alice-llama8b-r009", Recipe(TEXT), run_dir3)
+    kube.rayjobs[("ml-tuning", "alice-llama8b-r009")]["status"] = {"rayClusterName": "alice-llama8b-r009-raycluster-x"}
+    kube.pods = {"alice-llama8b-r009-raycluster-x-head": {"ray.io/cluster": "alice-llama8b-r009-raycluster-x"}}
+    assert backend.teardown(run_dir3, timeout_s=10).state == "torn_down"
+    assert kube.pods == {}
     # deleting what is already gone (404) is fine
     run_dir2 = tmp_path / "alice-llama8b-r005"
     run_dir2.mkdir()
