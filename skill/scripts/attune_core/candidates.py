@@ -51,7 +51,7 @@ def parse_changes(sets=(), unsets=(), envs=(), unset_envs=()) -> list:
     return changes
 
 
-def _baseline(settings) -> Recipe:
+def load_baseline(settings) -> Recipe:
     path = Path(settings.baseline_yaml)
     try:
         text = path.read_text(encoding="utf-8")
@@ -62,7 +62,7 @@ def _baseline(settings) -> Recipe:
 
 def _parent(campaign: Campaign, settings, parent: str) -> Recipe:
     if parent == "baseline":
-        return workload.enforce(_baseline(settings))
+        return workload.enforce(load_baseline(settings))
     path = campaign.run_dir(parent) / "recipe.yaml"
     if not path.is_file():
         raise InputError("--parent %s: no recipe at %s. Fix: give a run id from `attune status`, or baseline"
@@ -70,7 +70,7 @@ def _parent(campaign: Campaign, settings, parent: str) -> Recipe:
     return Recipe(path.read_text(encoding="utf-8"), str(path))
 
 
-def _allocate(campaign: Campaign, prefix: str) -> tuple:
+def allocate_run(campaign: Campaign, prefix: str) -> tuple:
     """The next run id (prefix + r + number) and its new, empty directory (made atomically)."""
     runs = campaign.dir / RUNS
     runs.mkdir(parents=True, exist_ok=True)
@@ -100,14 +100,14 @@ def new(campaign: Campaign, settings, parent: str, changes: list, lever: str, hy
     change = diff(base, child)
     if not change:
         raise InputError("the change leaves the recipe as it was: nothing to try")
-    problems = workload.compare(workload.enforce(_baseline(settings)), child)
+    problems = workload.compare(workload.enforce(load_baseline(settings)), child)
     if problems:
         raise InputError("; ".join(problems))
     violations = legality.check(child.args(), child.env(), child.gpus(), gpu)
     if violations:
         raise CheckFailed("the candidate is not a legal Megatron-LM configuration: %s"
                           % "; ".join(str(v) for v in violations))
-    run, directory = _allocate(campaign, settings.run_prefix)
+    run, directory = allocate_run(campaign, settings.run_prefix)
     text = child.render()
     (directory / "recipe.yaml").write_text(text, encoding="utf-8")
     record = {"run": run, "parent": parent, "change": change, "lever": lever.strip(),

@@ -142,7 +142,7 @@ def cmd_rank(args) -> int:
         sys.stdout.write(text)
         snap.finish()
         return EXIT_OK
-    report_mod._atomic_write(directory / campaign_mod.RESULTS, text.encode("utf-8"))
+    report_mod.atomic_write(directory / campaign_mod.RESULTS, text.encode("utf-8"))
     lead = ranking.leader
     data = {"results": str(directory / campaign_mod.RESULTS), "chart": chart and str(directory / chart),
             "leader": lead.first.run if lead else None, "tokens_per_s_per_gpu": lead.score if lead else None,

@@ -174,16 +174,16 @@ def write(snapshot: Snapshot) -> Outcome:
     recipe_path = directory / SHIPPED_RECIPE
     withdrawn = None
     if shipped:
-        _atomic_write(recipe_path, context.recipe_file.read_bytes())
+        atomic_write(recipe_path, context.recipe_file.read_bytes())
     elif recipe_path.exists():
         withdrawn = str(recipe_path) + ".withdrawn"
         os.replace(recipe_path, withdrawn)
     report_path = directory / REPORT
-    _atomic_write(report_path, render(snapshot, checks, shipped, payback).encode("utf-8"))
+    atomic_write(report_path, render(snapshot, checks, shipped, payback).encode("utf-8"))
     return Outcome(shipped, checks, str(report_path), str(recipe_path) if shipped else None, withdrawn, payback)
 
 
-def _atomic_write(path, data: bytes) -> None:
+def atomic_write(path, data: bytes) -> None:
     tmp = "%s.tmp-%d" % (path, os.getpid())
     with open(tmp, "wb") as handle:
         handle.write(data)

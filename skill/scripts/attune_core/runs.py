@@ -16,7 +16,7 @@ from . import backends, budget as budget_mod, legality, workload
 from . import snapshot as snapshot_mod
 from .campaign import Campaign
 from .chainlog import parse_ts
-from .candidates import _allocate, _baseline
+from .candidates import allocate_run, load_baseline
 from .errors import CheckFailed, InputError
 from .finalize import RunFacts, finalize as finalize_run
 from .recipe import Recipe
@@ -43,7 +43,7 @@ def launch(campaign: Campaign, settings, run: str = None, baseline: bool = False
     first_baseline = _first_baseline(launches)
     record = {}
     if baseline:
-        recipe = workload.enforce(_baseline(settings))
+        recipe = workload.enforce(load_baseline(settings))
         violations = legality.check(recipe.args(), recipe.env(), recipe.gpus(), gpu)
         if violations:
             raise CheckFailed("the baseline is not a legal Megatron-LM configuration: %s"
@@ -72,7 +72,7 @@ def launch(campaign: Campaign, settings, run: str = None, baseline: bool = False
     state = snapshot_mod.take(campaign.dir).budget
     budget_mod.check_launch(state, expected_gpu_hours)
     if not run:
-        run, directory = _allocate(campaign, settings.run_prefix)
+        run, directory = allocate_run(campaign, settings.run_prefix)
         (directory / "recipe.yaml").write_text(text, encoding="utf-8")
     payload = {"run": run, "purpose": purpose, "recipe_sha256": hashlib.sha256(text.encode("utf-8")).hexdigest(),
                "gpus": recipe.gpus(), "backend": settings.backend}
