@@ -65,6 +65,10 @@ class LocalBackend(object):
         """A local run has no scheduler events."""
         return []
 
+    def cluster_facts(self, run: str) -> dict:
+        """A local run has no cluster to ask about its nodes."""
+        return {}
+
     def status(self, run_dir: Path) -> Status:
         exit_file, pid_file = run_dir / "exit.json", run_dir / "pid"
         if exit_file.exists():

@@ -312,6 +312,22 @@ def cmd_teardown(args) -> int:
     return EXIT_OK
 
 
+@verb("topology", "did the run get the nodes and GPUs it asked for, and is it comparable with the baseline "
+                  "(exit 1 when not)")
+def cmd_topology(args) -> int:
+    campaign = campaign_mod.Campaign(_dir(args))
+    summary = runs_mod.topology(campaign, _settings(args, campaign), args.run)
+    got = summary["got"]
+    lines = ["run: %s" % args.run, "asked: %s" % json.dumps(summary["asked"], sort_keys=True),
+             "got: %s" % json.dumps(got, sort_keys=True)]
+    lines += ["problem: %s" % problem for problem in summary["problems"]]
+    lines += ["not_comparable: %s" % item for item in summary["not_comparable"]]
+    _emit(args, summary, "\n".join(lines))
+    if summary["problems"] or summary["not_comparable"]:
+        raise CheckFailed("run %s: %s" % (args.run, "; ".join(summary["problems"] + summary["not_comparable"])))
+    return EXIT_OK
+
+
 @verb("report", "write REPORT.md, and recipe.yaml when every pre-ship check passes (exit 1 when refused)")
 def cmd_report(args) -> int:
     snap = _snapshot(args)
@@ -383,7 +399,7 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("--expected-gpu-hours", type=float, metavar="H",
                            help="GPUs x expected hours (needed with a GPU-hour budget)")
             p.add_argument("--gpu", help="GPU model (h100, b200, ...) for the legality rules that depend on it")
-        elif name in ("poll", "finalize", "teardown"):
+        elif name in ("poll", "finalize", "teardown", "topology"):
             p.add_argument("run", help="the run id")
             if name == "finalize":
                 p.add_argument("--hang-after", type=float, default=runs_mod.HANG_AFTER_S, metavar="S",

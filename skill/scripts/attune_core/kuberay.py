@@ -161,6 +161,11 @@ class KubeRayBackend(object):
             time.sleep(1.0)
         raise CheckFailed("RayJob %s: pods still present %.0f s after deletion" % (run, timeout_s))
 
+    def cluster_facts(self, run: str) -> dict:
+        """The nodes the run's pods were placed on and their GPU model labels."""
+        from .topology import from_cluster
+        return from_cluster(self.core, self.namespace, self.pods(run))
+
     def remote_log(self, run: str) -> str:
         return "%s/%s/log.txt" % (self.settings.shared_dir.rstrip("/"), run)
 

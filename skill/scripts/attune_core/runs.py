@@ -139,3 +139,30 @@ def teardown(campaign: Campaign, settings, run: str) -> backends.Status:
     if run not in _launch_rows(campaign):
         raise InputError("the ledger has no launch of run %s" % run)
     return backends.get(settings.backend, settings).teardown(campaign.run_dir(run))
+
+
+def topology(campaign: Campaign, settings, run: str) -> dict:
+    """What the run asked for and got, where it fell short, and whether it is comparable with the
+    first baseline run (whose facts are recorded in its runs/<run>/topology.json)."""
+    launches = _launch_rows(campaign)
+    if run not in launches:
+        raise InputError("the ledger has no launch of run %s" % run)
+    from . import topology as topology_mod
+    backend = backends.get(settings.backend, settings)
+    run_dir = campaign.run_dir(run)
+    log = run_dir / "log.txt"
+    if not log.is_file():
+        try:
+            log = backend.log_path(run_dir)
+        except CheckFailed:
+            log = None
+    summary = topology_mod.summarize(Recipe((run_dir / "recipe.yaml").read_text(encoding="utf-8")), log,
+                                     backend.cluster_facts(run))
+    (run_dir / "topology.json").write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
+    baseline = _first_baseline(launches)
+    summary["baseline"] = baseline
+    summary["not_comparable"] = []
+    if baseline and baseline != run and (campaign.run_dir(baseline) / "topology.json").is_file():
+        before = json.loads((campaign.run_dir(baseline) / "topology.json").read_text())["got"]
+        summary["not_comparable"] = topology_mod.comparable(before, summary["got"])
+    return summary

@@ -11,6 +11,8 @@ from urllib.parse import parse_qs, urlparse
 
 RAYJOB = re.compile(r"^/apis/ray\.io/v1/namespaces/(?P<ns>[^/]+)/rayjobs(?:/(?P<name>[^/]+))?$")
 PODS = re.compile(r"^/api/v1/namespaces/(?P<ns>[^/]+)/pods$")
+POD = re.compile(r"^/api/v1/namespaces/(?P<ns>[^/]+)/pods/(?P<name>[^/]+)$")
+NODE = re.compile(r"^/api/v1/nodes/(?P<name>[^/]+)$")
 EVENTS = re.compile(r"^/api/v1/namespaces/(?P<ns>[^/]+)/events$")
 EXEC = re.compile(r"^/api/v1/namespaces/(?P<ns>[^/]+)/pods/(?P<pod>[^/]+)/exec$")
 WS_GUID = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
@@ -38,6 +40,8 @@ class FakeKube(object):
         self.create_status = None  # e.g. 409 to script a conflict
         self.pod_polls_until_gone = 0
         self.files = {}  # (pod, path) -> bytes served by `cat` through exec
+        self.pod_nodes = {}  # pod name -> node name
+        self.node_labels = {}  # node name -> labels
         self.execs = []  # (pod, command)
         fake = self
 
@@ -125,6 +129,18 @@ class FakeKube(object):
                     names = [name for name, labels in fake.pods.items() if labels.get(key) == value]
                     return self._send(200, {"kind": "PodList", "apiVersion": "v1", "metadata": {},
                                             "items": [{"metadata": {"name": n}} for n in names]})
+                pod_match = POD.match(url.path)
+                if pod_match and pod_match.group("name") in fake.pods:
+                    name = pod_match.group("name")
+                    return self._send(200, {"kind": "Pod", "apiVersion": "v1",
+                                            "metadata": {"name": name, "labels": fake.pods[name]},
+                                            "spec": {"nodeName": fake.pod_nodes.get(name),
+                                                     "containers": [{"name": "c"}]}})
+                node_match = NODE.match(url.path)
+                if node_match and node_match.group("name") in fake.node_labels:
+                    name = node_match.group("name")
+                    return self._send(200, {"kind": "Node", "apiVersion": "v1",
+                                            "metadata": {"name": name, "labels": fake.node_labels[name]}})
                 if EVENTS.match(url.path):
                     items = [{"metadata": {"name": "e%d" % i}, "type": e["type"], "reason": e["reason"],
                               "message": e["message"], "involvedObject": {"kind": e["kind"], "name": e["name"]}}

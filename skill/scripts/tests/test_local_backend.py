@@ -121,3 +121,18 @@ def test_teardown_of_a_running_run(campaign):
     wait(campaign, settings, run, ("running",))
     assert cli.main(["teardown", run, "--campaign", str(campaign.dir)]) == 0
     assert runs.poll(campaign, settings, run).state == "torn_down"
+
+
+def test_topology_of_local_runs(campaign, capsys):
+    import json
+    campaign, settings = campaign
+    first = runs.launch(campaign, settings, baseline=True)["run"]
+    wait(campaign, settings, first, ("succeeded",))
+    assert cli.main(["topology", first, "--campaign", str(campaign.dir), "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["asked"]["gpus"] == 1 and summary["got"]["nccl_ranks"] is None  # no NCCL lines: unknown
+    assert (campaign.run_dir(first) / "topology.json").is_file()
+    second = runs.launch(campaign, settings, baseline=True)["run"]
+    wait(campaign, settings, second, ("succeeded",))
+    assert cli.main(["topology", second, "--campaign", str(campaign.dir)]) == 0
+    assert cli.main(["topology", "nope", "--campaign", str(campaign.dir)]) == 2

@@ -1,0 +1,71 @@
+"""The topology check: asked for (recipe), got (cluster API, NCCL log lines), comparable with the baseline."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import DATA
+from fake_kube import FakeKube
+from factory import settings as make_settings
+
+from attune_core import topology
+from attune_core.kuberay import KubeRayBackend
+from attune_core.recipe import Recipe
+
+TEXT = (DATA / "recipes" / "megatron_rayjob.yaml").read_text()
+# NCCL_DEBUG=INFO lines written here in NCCL's format (constructed for the test, not a captured log)
+NCCL = """node-a:1201:1266 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] via P2P/CUMEM/read
+node-a:1201:1266 [7] NCCL INFO Channel 00/0 : 7[7] -> 8[0] [send] via NET/IB/0
+node-a:1201:1266 [0] NCCL INFO comm 0x55d4c6a5b2f0 rank 0 nranks 16 cudaDev 0 nvmlDev 0 busId 7000 commId 0x1 - Init COMPLETE
+"""
+
+
+def test_asked_for_from_the_recipe():
+    assert topology.requested(Recipe(TEXT)) == {"nodes": 2, "gpus": 16, "gpus_per_node": [8], "gpu_model": None}
+    selected = TEXT.replace("          containers:\n              - name: ray-worker",
+                            "          nodeSelector:\n              nvidia.com/gpu.product: NVIDIA-H100-80GB-HBM3\n"
+                            "            containers:\n              - name: ray-worker")
+    assert topology.requested(Recipe(selected))["gpu_model"] == "NVIDIA-H100-80GB-HBM3"
+
+
+def test_log_facts(tmp_path):
+    log = tmp_path / "log.txt"
+    log.write_text("startup\n" + NCCL)
+    assert topology.from_log(log) == {"nccl_ranks": 16, "nvlink": True, "infiniband": True, "tcp_sockets": False}
+    plain = tmp_path / "plain.txt"
+    plain.write_text(" iteration        1/      20 | elapsed time per iteration (ms): 1.0 |\n")
+    assert topology.from_log(plain) == {"nccl_ranks": None, "nvlink": None, "infiniband": None, "tcp_sockets": None}
+
+
+def test_problems_and_comparability(tmp_path):
+    log = tmp_path / "log.txt"
+    log.write_text(NCCL.replace("nranks 16", "nranks 8"))
+    summary = topology.summarize(Recipe(TEXT), log, {"nodes": ["n1"], "gpu_models": ["NVIDIA-A100", "NVIDIA-H100"]})
+    assert "NCCL saw 8 ranks; the recipe asks for 16 GPUs" in summary["problems"]
+    assert "the run spans GPU models NVIDIA-A100, NVIDIA-H100" in summary["problems"]
+    base = {"gpu_models": ["NVIDIA-H100"], "nvlink": True, "infiniband": True, "tcp_sockets": False}
+    other = dict(base, infiniband=False, tcp_sockets=True)
+    assert topology.comparable(base, other) == ["InfiniBand use: True in the baseline, False here",
+                                                "TCP sockets: False in the baseline, True here"]
+    assert topology.comparable(base, dict(base, nvlink=None)) == []  # unknown is not a difference
+
+
+def test_cluster_facts_through_the_api():
+    kube = FakeKube()
+    try:
+        settings = make_settings(ATTUNE_BACKEND="kuberay", ATTUNE_KUBE_CONTEXT="t", ATTUNE_NAMESPACE="ml",
+                                 ATTUNE_IMAGE="i", ATTUNE_SHARED_DIR="/s", AUTOTUNE_LOG_POD="p")
+        backend = KubeRayBackend(settings, api_client=kube.api_client())
+        kube.rayjobs[("ml", "r1")] = {"metadata": {"name": "r1"}, "status": {"rayClusterName": "r1-rc"}}
+        kube.pods = {"r1-rc-head": {"ray.io/cluster": "r1-rc"}, "r1-rc-worker-0": {"ray.io/cluster": "r1-rc"}}
+        kube.pod_nodes = {"r1-rc-head": "node-a", "r1-rc-worker-0": "node-b"}
+        kube.node_labels = {"node-a": {topology.GPU_LABEL: "NVIDIA-H200"}, "node-b": {topology.GPU_LABEL: "NVIDIA-H200"}}
+        assert backend.cluster_facts("r1") == {"nodes": ["node-a", "node-b"], "gpu_models": ["NVIDIA-H200"]}
+    finally:
+        kube.close()
+
+
+def test_every_section_is_documented():
+    from conftest import REPO
+    text = (REPO / "skill" / "references" / "topology_check.md").read_text()
+    for needle in ("nvidia.com/gpu.product", "Init COMPLETE", "NET/IB", "Not comparable with the baseline"):
+        assert needle in text
