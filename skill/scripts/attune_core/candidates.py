@@ -100,10 +100,11 @@ def new(campaign: Campaign, settings, parent: str, changes: list, lever: str, hy
     change = diff(base, child)
     if not change:
         raise InputError("the change leaves the recipe as it was: nothing to try")
-    problems = workload.compare(workload.enforce(load_baseline(settings)), child)
+    baseline = workload.enforce(load_baseline(settings))
+    problems = workload.compare(baseline, child)
     if problems:
         raise InputError("; ".join(problems))
-    violations = legality.check(child.args(), child.env(), child.gpus(), gpu)
+    violations = legality.check(child.args(), child.env(), child.gpus(), gpu, trusted=baseline.args())
     if violations:
         raise CheckFailed("the candidate is not a legal Megatron-LM configuration: %s"
                           % "; ".join(str(v) for v in violations))

@@ -10,6 +10,7 @@ job's world size (GPUs).
 from __future__ import annotations
 
 import dataclasses
+import difflib
 from typing import Mapping, Optional
 
 # Flags that look plausible but Megatron-LM's command line does not have (or no longer uses).
@@ -23,6 +24,34 @@ NOT_MEGATRON_FLAGS = {
     "--use-flash-attn": "legacy and unused outside megatron/legacy; use --attention-backend flash",
 }
 BLACKWELL = ("b200", "b300", "gb200", "gb300", "vr200")
+
+# Throughput-relevant flags that exist (Megatron-LM core_v0.15 to HEAD, slime's own), from the
+# project's reference. Not a complete list: it is what a misspelling is measured against.
+KNOWN_FLAGS = (
+    "--tensor-model-parallel-size", "--pipeline-model-parallel-size", "--num-layers-per-virtual-pipeline-stage",
+    "--num-virtual-stages-per-pipeline-rank", "--context-parallel-size", "--expert-model-parallel-size",
+    "--expert-tensor-parallel-size", "--sequence-parallel", "--micro-batch-size", "--global-batch-size",
+    "--recompute-granularity", "--recompute-method", "--recompute-num-layers", "--recompute-modules",
+    "--use-distributed-optimizer", "--fine-grained-activation-offloading", "--offload-modules",
+    "--optimizer-cpu-offload", "--overlap-grad-reduce", "--overlap-param-gather", "--ddp-bucket-size",
+    "--tp-comm-overlap", "--tp-comm-overlap-cfg", "--overlap-moe-expert-parallel-comm", "--delay-wgrad-compute",
+    "--moe-token-dispatcher-type", "--moe-flex-dispatcher-backend", "--moe-grouped-gemm", "--moe-permute-fusion",
+    "--moe-router-fusion", "--moe-router-dtype", "--attention-backend", "--cross-entropy-loss-fusion",
+    "--cross-entropy-fusion-impl", "--no-bias-swiglu-fusion", "--no-rope-fusion", "--no-masked-softmax-fusion",
+    "--no-bias-dropout-fusion", "--no-bias-gelu-fusion", "--no-gradient-accumulation-fusion", "--bf16", "--fp16",
+    "--fp8-format", "--fp8-recipe", "--fp8-param-gather", "--grad-reduce-in-bf16",
+    "--accumulate-allreduce-grads-in-fp32", "--use-precision-aware-optimizer", "--attention-softmax-in-fp32",
+    "--calculate-per-token-loss", "--manual-gc", "--manual-gc-interval", "--cuda-graph-impl", "--cuda-graph-scope",
+    "--empty-unused-memory-level", "--distributed-timeout-minutes", "--log-throughput", "--log-interval",
+    "--timing-log-level", "--profile", "--profile-step-start", "--profile-step-end", "--profile-ranks",
+    "--use-pytorch-profiler", "--record-memory-history", "--deterministic-mode", "--num-layers", "--seq-length",
+    "--exit-interval", "--train-iters",
+    # slime
+    "--actor-num-nodes", "--actor-num-gpus-per-node", "--rollout-num-gpus", "--rollout-num-gpus-per-engine",
+    "--num-gpus-per-node", "--colocate", "--offload", "--offload-train", "--no-offload-train", "--offload-rollout",
+    "--num-rollout", "--rollout-batch-size", "--n-samples-per-prompt", "--num-steps-per-rollout",
+    "--use-dynamic-batch-size", "--max-tokens-per-gpu", "--balance-data", "--debug-train-only",
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -45,12 +74,22 @@ def _int(args: Mapping, flag: str, default: Optional[int]) -> Optional[int]:
         return None
 
 
-def check(args: Mapping, env: Mapping, world_size: int, gpu: Optional[str] = None) -> list:
-    """Every rule the configuration breaks (an empty list when it is legal)."""
+def check(args: Mapping, env: Mapping, world_size: int, gpu: Optional[str] = None, trusted=()) -> list:
+    """Every rule the configuration breaks (an empty list when it is legal). ``trusted`` are flags
+    known to work (the baseline's own), never taken for misspellings."""
     out = []
 
     def bad(rule, message, fix):
         out.append(Violation(rule, message, fix))
+
+    known = set(KNOWN_FLAGS) | set(trusted)
+    for flag in args:
+        if flag in known or flag in NOT_MEGATRON_FLAGS:
+            continue
+        close = difflib.get_close_matches(flag, sorted(known), n=1, cutoff=0.88)
+        if close:
+            bad("misspelled-flag", "%s looks like a misspelling of %s (slime ignores flags it does not know, "
+                "silently; Megatron-LM refuses them)" % (flag, close[0]), "write %s" % close[0])
 
     for flag, hint in NOT_MEGATRON_FLAGS.items():
         if flag in args:

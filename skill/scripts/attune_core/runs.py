@@ -44,7 +44,7 @@ def launch(campaign: Campaign, settings, run: str = None, baseline: bool = False
     record = {}
     if baseline:
         recipe = workload.enforce(load_baseline(settings))
-        violations = legality.check(recipe.args(), recipe.env(), recipe.gpus(), gpu)
+        violations = legality.check(recipe.args(), recipe.env(), recipe.gpus(), gpu, trusted=recipe.args())
         if violations:
             raise CheckFailed("the baseline is not a legal Megatron-LM configuration: %s"
                               % "; ".join(str(v) for v in violations))

@@ -65,3 +65,11 @@ def test_messages_name_values_and_fix():
 def test_every_plausible_but_missing_flag_is_refused():
     for flag in NOT_MEGATRON_FLAGS:
         assert "no-such-flag" in [v.rule for v in check(dict(BASE, **{flag: True}), ENV, 16)]
+
+
+def test_misspelled_flags_are_refused_unless_trusted():
+    found = check(dict(BASE, **{"--overlap-grad-reduc": True}), ENV, 16)
+    assert [v.rule for v in found] == ["misspelled-flag"]
+    assert "looks like a misspelling of --overlap-grad-reduce" in str(found[0])
+    assert check(dict(BASE, **{"--overlap-grad-reduc": True}), ENV, 16, trusted=["--overlap-grad-reduc"]) == []
+    assert check(dict(BASE, **{"--data-path": "/x", "--my-own-flag": "1"}), ENV, 16) == []  # far from any known
