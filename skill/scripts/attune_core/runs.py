@@ -132,7 +132,10 @@ def finalize(campaign: Campaign, settings, run: str, hang_after_s: float = HANG_
                      started=status.started or status.ended or 0.0, ended=status.ended or status.started or 0.0,
                      gpus=launches[run]["gpus"], seq_length=int(seq) if isinstance(seq, str) and seq.isdigit()
                      else None, events=events, seconds_without_progress=quiet, hang_after_s=hang_after_s)
-    return finalize_run(campaign, facts)
+    row = finalize_run(campaign, facts)
+    if status.state != "torn_down":  # the run is recorded: release what it still holds
+        backend.teardown(run_dir)
+    return row
 
 
 def teardown(campaign: Campaign, settings, run: str) -> backends.Status:

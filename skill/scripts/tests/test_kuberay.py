@@ -160,6 +160,8 @@ def test_launch_finalize_on_the_cluster(kube, cluster_campaign):
     kube.files[("log-reader", "/mnt/shared/%s/log.txt" % run)] = log.encode() + b"\n"
     result = runs.finalize(campaign, settings, run)
     assert result["status"] == "finished" and result["metrics"]["seq_length"] == 4096
+    assert ("ml-tuning", run) not in kube.rayjobs  # torn down once recorded
+    assert runs.finalize(campaign, settings, run) == result  # and finalizing again changes nothing
     assert [r["gpu_seconds"] for r in campaign.gpu_log.rows()] == [16 * 600]
     assert ranking.build(campaign.ledger.rows()).run(run).tokens == pytest.approx(128 * 4096 / (3.4 * 16))
 
