@@ -1,4 +1,5 @@
-"""Backends run a recipe somewhere behind one interface: submit, status, log, teardown.
+"""Backends run a recipe somewhere behind one interface: submit, status, logs (``log_path``),
+teardown, resources, and the scheduler's ``events`` and ``cluster_facts`` for triage and topology.
 
 ``BACKENDS`` is a plain registry (an unknown name lists the valid ones). ``local`` runs the
 entrypoint as a process group on this host, for one-machine users and the demo. The KubeRay
@@ -64,6 +65,12 @@ class LocalBackend(object):
     def events(self, run: str) -> list:
         """A local run has no scheduler events."""
         return []
+
+    @staticmethod
+    def resources(recipe: Recipe) -> dict:
+        """What a run of ``recipe`` holds: its GPUs, nodes and GPUs per node, as the recipe asks."""
+        from .topology import requested
+        return requested(recipe)
 
     def cluster_facts(self, run: str) -> dict:
         """A local run has no cluster to ask about its nodes."""

@@ -26,19 +26,20 @@ K8S_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 
 def parse_changes(sets=(), unsets=(), envs=(), unset_envs=()) -> list:
     """Command-line changes (``--set ARG=VALUE`` or ``--set ARG``, ``--unset ARG``, ``--env K=V``,
-    ``--unset-env K``) as change records."""
+    ``--unset-env K``) as change records. ``ARG`` may be written with or without its leading dashes
+    (``--set micro-batch-size=2`` or ``--set=--micro-batch-size=2``)."""
     changes = []
+
+    def flag_name(text, option):
+        name = text if text.startswith("--") else "--" + text
+        if not re.match(r"^--[A-Za-z0-9][A-Za-z0-9_-]*$", name):
+            raise InputError("%s %s: %r is not an argument name (e.g. micro-batch-size)" % (option, text, name))
+        return name
     for item in sets:
         flag, sep, value = item.partition("=")
-        if not flag.startswith("--"):
-            raise InputError("--set %s: name a Megatron argument with its dashes, e.g. --set --micro-batch-size=2"
-                             % item)
-        changes.append({"op": "set", "arg": flag, "value": value if sep else True})
+        changes.append({"op": "set", "arg": flag_name(flag, "--set"), "value": value if sep else True})
     for flag in unsets:
-        if not flag.startswith("--"):
-            raise InputError("--unset %s: name a Megatron argument with its dashes, e.g. --unset --sequence-parallel"
-                             % flag)
-        changes.append({"op": "unset", "arg": flag})
+        changes.append({"op": "unset", "arg": flag_name(flag, "--unset")})
     for item in envs:
         name, sep, value = item.partition("=")
         if not sep or not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", name):

@@ -161,6 +161,8 @@ class KubeRayBackend(object):
             time.sleep(1.0)
         raise CheckFailed("RayJob %s: pods still present %.0f s after deletion" % (run, timeout_s))
 
+    resources = staticmethod(BACKENDS["local"].resources)
+
     def cluster_facts(self, run: str) -> dict:
         """The nodes the run's pods were placed on and their GPU model labels."""
         from .topology import from_cluster

@@ -27,7 +27,7 @@ def new(campaign, *args):
 
 
 def test_a_candidate_is_written_with_its_record(campaign, capsys):
-    assert new(campaign, "--parent", "baseline", "--set=--overlap-grad-reduce", "--lever", "overlap-grad-reduce",
+    assert new(campaign, "--parent", "baseline", "--set", "overlap-grad-reduce", "--lever", "overlap-grad-reduce",
                "--hypothesis", "hide the DP all-reduce: step time -5%", "--json") == 0
     record = json.loads(capsys.readouterr().out)
     assert record["run"] == "alice-llama8b-r001" and record["gpus"] == 16
@@ -57,3 +57,16 @@ def test_illegal_and_shape_changing_candidates_are_refused(campaign, capsys):
     assert new(campaign, "--parent", "baseline", "--set=--bf16", "--lever", "x", "--hypothesis", "x") == 2
     assert "nothing to try" in capsys.readouterr().err
     assert not list((campaign.dir / "runs").glob("*")), "nothing is written when a check fails"
+
+
+def test_change_syntax():
+    from attune_core.candidates import parse_changes
+    from attune_core.errors import InputError
+    assert parse_changes(sets=["micro-batch-size=2", "--lr=1e-4", "use-distributed-optimizer"]) == [
+        {"op": "set", "arg": "--micro-batch-size", "value": "2"}, {"op": "set", "arg": "--lr", "value": "1e-4"},
+        {"op": "set", "arg": "--use-distributed-optimizer", "value": True}]
+    assert parse_changes(unsets=["sequence-parallel"]) == [{"op": "unset", "arg": "--sequence-parallel"}]
+    with pytest.raises(InputError, match="not an argument name"):
+        parse_changes(sets=["bad name=1"])
+    with pytest.raises(InputError, match="needs one change"):
+        parse_changes()

@@ -177,3 +177,7 @@ def test_a_run_pending_past_the_limit_is_torn_down_as_unschedulable(kube, cluste
     assert result["status"] == "failed" and result["failure"]["class"] == "unschedulable"
     assert "Insufficient nvidia.com/gpu" in result["failure"]["evidence"]
     assert ("ml-tuning", run) not in kube.rayjobs
+
+
+def test_resources_are_what_the_recipe_asks(backend):
+    assert backend.resources(Recipe(TEXT)) == {"nodes": 2, "gpus": 16, "gpus_per_node": [8], "gpu_model": None}
