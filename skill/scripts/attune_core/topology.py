@@ -21,6 +21,7 @@ _NVLINK = re.compile(r"NCCL INFO .*(?:via P2P/(?:NVL|CUMEM|IPC)|NVLS|via P2P/dir
 _IB = re.compile(r"NCCL INFO .*(?:NET/IB|via NET/IB)")
 _SOCKET = re.compile(r"NCCL INFO .*NET/Socket")
 GPU_LABEL = "nvidia.com/gpu.product"
+GPU_LIMIT = "nvidia.com/gpu"
 
 
 def requested(recipe: Recipe) -> dict:
@@ -54,18 +55,23 @@ def from_log(path) -> dict:
 
 
 def from_cluster(core, namespace: str, pods: list) -> dict:
-    """The nodes the run's pods ran on and their GPU model labels (Kubernetes API)."""
-    nodes, models = set(), set()
+    """The nodes the run's pods ran on, the GPUs its pods hold on each, and the nodes' GPU model
+    labels (Kubernetes API)."""
+    nodes, models, gpus = set(), set(), {}
     for name in pods:
         pod = core.read_namespaced_pod(name, namespace)
         node = pod.spec.node_name if pod.spec else None
         if not node:
             continue
         nodes.add(node)
+        for container in pod.spec.containers or []:
+            limits = (container.resources.limits if container.resources else None) or {}
+            if GPU_LIMIT in limits:
+                gpus[node] = gpus.get(node, 0) + int(limits[GPU_LIMIT])
         labels = core.read_node(node).metadata.labels or {}
         if GPU_LABEL in labels:
             models.add(labels[GPU_LABEL])
-    return {"nodes": sorted(nodes), "gpu_models": sorted(models)}
+    return {"nodes": sorted(nodes), "gpu_models": sorted(models), "gpus_on_nodes": gpus}
 
 
 def check(asked: dict, got: dict) -> list:
@@ -76,6 +82,14 @@ def check(asked: dict, got: dict) -> list:
     if got.get("gpu_models") and asked.get("gpu_model") and got["gpu_models"] != [asked["gpu_model"]]:
         problems.append("the run's nodes have %s; the recipe selects %s" % (", ".join(got["gpu_models"]),
                                                                             asked["gpu_model"]))
+    on_nodes = got.get("gpus_on_nodes")
+    if on_nodes:
+        if sum(on_nodes.values()) != asked["gpus"]:
+            problems.append("the run's pods hold %d GPUs; the recipe asks for %d" % (sum(on_nodes.values()),
+                                                                                   asked["gpus"]))
+        if len(on_nodes) != asked["nodes"]:
+            problems.append("the run's GPUs are on %d node(s); the recipe asks for %d" % (len(on_nodes),
+                                                                                       asked["nodes"]))
     if len(got.get("gpu_models") or []) > 1:
         problems.append("the run spans GPU models %s" % ", ".join(got["gpu_models"]))
     return problems

@@ -41,6 +41,7 @@ class FakeKube(object):
         self.pod_polls_until_gone = 0
         self.files = {}  # (pod, path) -> bytes served by `cat` through exec
         self.pod_nodes = {}  # pod name -> node name
+        self.pod_gpus = {}  # pod name -> nvidia.com/gpu limit
         self.node_labels = {}  # node name -> labels
         self.execs = []  # (pod, command)
         fake = self
@@ -135,7 +136,9 @@ class FakeKube(object):
                     return self._send(200, {"kind": "Pod", "apiVersion": "v1",
                                             "metadata": {"name": name, "labels": fake.pods[name]},
                                             "spec": {"nodeName": fake.pod_nodes.get(name),
-                                                     "containers": [{"name": "c"}]}})
+                                                     "containers": [{"name": "c", "resources": {"limits": (
+                                                         {"nvidia.com/gpu": str(fake.pod_gpus[name])}
+                                                         if name in fake.pod_gpus else {})}}]}})
                 node_match = NODE.match(url.path)
                 if node_match and node_match.group("name") in fake.node_labels:
                     name = node_match.group("name")

@@ -54,3 +54,14 @@ def test_the_schema_catches_a_broken_recipe(validator):
     found = errors(validator, broken)
     assert any("'two' is not of type 'integer'" in message for message in found)
     assert any("'maybe' is not of type 'boolean'" in message for message in found)
+
+
+def test_the_submitted_rayjob_validates(validator):
+    from kubernetes import client
+    from factory import settings as make_settings
+    from attune_core.kuberay import KubeRayBackend
+    settings = make_settings(ATTUNE_BACKEND="kuberay", ATTUNE_KUBE_CONTEXT="c", ATTUNE_NAMESPACE="ml",
+                             ATTUNE_IMAGE="i", ATTUNE_SHARED_DIR="/s", AUTOTUNE_LOG_POD="p")
+    body = KubeRayBackend(settings, api_client=client.ApiClient()).body("test-fixture-r001", Recipe(TEXT))
+    assert [error.message for error in validator.iter_errors(body)] == []
+    assert body["metadata"]["name"] == "test-fixture-r001"

@@ -59,7 +59,12 @@ def test_cluster_facts_through_the_api():
         kube.pods = {"r1-rc-head": {"ray.io/cluster": "r1-rc"}, "r1-rc-worker-0": {"ray.io/cluster": "r1-rc"}}
         kube.pod_nodes = {"r1-rc-head": "node-a", "r1-rc-worker-0": "node-b"}
         kube.node_labels = {"node-a": {topology.GPU_LABEL: "NVIDIA-H200"}, "node-b": {topology.GPU_LABEL: "NVIDIA-H200"}}
-        assert backend.cluster_facts("r1") == {"nodes": ["node-a", "node-b"], "gpu_models": ["NVIDIA-H200"]}
+        kube.pod_gpus = {"r1-rc-worker-0": 8}
+        facts = backend.cluster_facts("r1")
+        assert facts == {"nodes": ["node-a", "node-b"], "gpu_models": ["NVIDIA-H200"], "gpus_on_nodes": {"node-b": 8}}
+        assert topology.summarize(Recipe(TEXT), None, facts)["problems"] == [
+            "the run's pods hold 8 GPUs; the recipe asks for 16",
+            "the run's GPUs are on 1 node(s); the recipe asks for 2"]
     finally:
         kube.close()
 
