@@ -20,9 +20,6 @@ from pathlib import Path
 
 from . import budget as budget_mod
 from . import campaign as campaign_mod
-from . import candidates
-from . import runs as runs_mod
-from . import logparse, triage
 from . import report as report_mod
 from . import results as results_mod
 from . import settings as settings_mod
@@ -231,6 +228,7 @@ def cmd_note(args) -> int:
 @verb("metrics", "parse a training log (Megatron-LM, Megatron-Bridge, slime) into steps, memory, timers, "
                  "slime records and failures")
 def cmd_metrics(args) -> int:
+    from . import logparse, triage  # imported where used: status and rank start faster without them
     path = Path(args.log)
     if not path.is_file():
         raise InputError("%s: no such log file. Fix: give the path of a run's log" % path)
@@ -254,6 +252,7 @@ def cmd_metrics(args) -> int:
 @verb("candidate", "candidate new: write a one-change candidate (recipe and record) under runs/<id>/ after "
                    "checking the workload and Megatron's legality rules")
 def cmd_candidate(args) -> int:
+    from . import candidates
     campaign = campaign_mod.Campaign(_dir(args))
     campaign.require_ledger()
     settings = campaign.settings(config_file=args.config)
@@ -274,6 +273,7 @@ def _settings(args, campaign):
 @verb("launch", "launch a candidate (RUN), the baseline (--baseline) or a repeat (--repeat-of RUN [--confirm]); "
                 "the launch row is written first, and a launch that does not fit the budget is refused")
 def cmd_launch(args) -> int:
+    from . import runs as runs_mod
     campaign = campaign_mod.Campaign(_dir(args))
     settings = _settings(args, campaign)
     row = runs_mod.launch(campaign, settings, run=args.run, baseline=args.baseline, repeat_of=args.repeat_of,
@@ -285,6 +285,7 @@ def cmd_launch(args) -> int:
 
 @verb("poll", "the state of a launched run as its backend reports it")
 def cmd_poll(args) -> int:
+    from . import runs as runs_mod
     campaign = campaign_mod.Campaign(_dir(args))
     status = runs_mod.poll(campaign, _settings(args, campaign), args.run)
     _emit(args, status.as_dict(), "\n".join("%s: %s" % item for item in status.as_dict().items()))
@@ -294,8 +295,10 @@ def cmd_poll(args) -> int:
 @verb("finalize", "record an ended run: parse its log, score it, charge its GPU time, triage a failure "
                   "(exit 1 while it still runs; a hung run is torn down)")
 def cmd_finalize(args) -> int:
+    from . import runs as runs_mod
     campaign = campaign_mod.Campaign(_dir(args))
-    row = runs_mod.finalize(campaign, _settings(args, campaign), args.run, args.hang_after)
+    row = runs_mod.finalize(campaign, _settings(args, campaign), args.run,
+                            runs_mod.HANG_AFTER_S if args.hang_after is None else args.hang_after)
     if row is None:
         raise CheckFailed("run %s is still running: poll it, and finalize when it has ended" % args.run)
     failure = row.get("failure") or {}
@@ -306,6 +309,7 @@ def cmd_finalize(args) -> int:
 
 @verb("teardown", "stop a run and confirm it is gone")
 def cmd_teardown(args) -> int:
+    from . import runs as runs_mod
     campaign = campaign_mod.Campaign(_dir(args))
     status = runs_mod.teardown(campaign, _settings(args, campaign), args.run)
     _emit(args, status.as_dict(), "run: %s\nstate: %s" % (args.run, status.state))
@@ -315,6 +319,7 @@ def cmd_teardown(args) -> int:
 @verb("topology", "did the run get the nodes and GPUs it asked for, and is it comparable with the baseline "
                   "(exit 1 when not)")
 def cmd_topology(args) -> int:
+    from . import runs as runs_mod
     campaign = campaign_mod.Campaign(_dir(args))
     summary = runs_mod.topology(campaign, _settings(args, campaign), args.run)
     got = summary["got"]
@@ -402,7 +407,7 @@ def build_parser() -> argparse.ArgumentParser:
         elif name in ("poll", "finalize", "teardown", "topology"):
             p.add_argument("run", help="the run id")
             if name == "finalize":
-                p.add_argument("--hang-after", type=float, default=runs_mod.HANG_AFTER_S, metavar="S",
+                p.add_argument("--hang-after", type=float, metavar="S",
                                help="seconds without a new log line after which a running run is hung (900)")
         elif name == "metrics":
             p.add_argument("log", help="the log file (any size: it is read line by line)")
