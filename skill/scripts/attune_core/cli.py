@@ -113,7 +113,7 @@ def cmd_rank(args) -> int:
             chart_job.cancel()
         raise
     ranking = snap.ranking
-    rows, last_ts = len(snap.ledger_rows), snap.ledger_rows[-1]["ts"]
+    rows, last_ts = snap.row_count, snap.last_ts
     recorded = None
     if not args.dry_run:
         recorded = _record_leader(snap)
@@ -123,7 +123,7 @@ def cmd_rank(args) -> int:
     if chart_job is not None:
         chart_job.send(results_mod.chart_data(ranking))
         chart = campaign_mod.CHART
-    campaign_note = snap.ledger_rows[0].get("note", "")
+    campaign_note = snap.genesis.get("note", "")
     text = results_mod.render(ranking, snap.budget, snap.campaign.id, rows, last_ts, chart, note, campaign_note)
     if chart_job is not None:
         try:
@@ -156,8 +156,7 @@ def _record_leader(snap):
     lead = snap.ranking.leader
     if lead is None or lead.score is None:
         return None
-    recorded = [row for row in snap.ledger_rows if row["kind"] == "leader"]
-    previous = recorded[-1] if recorded else None
+    previous = snap.leader_rows[-1] if snap.leader_rows else None
     if previous is not None and previous["recipe_sha256"] == lead.sha:
         return None
     return snap.campaign.append("leader", run=lead.first.run, recipe_sha256=lead.sha,

@@ -46,6 +46,7 @@ class RunView:
     gate: Optional[str] = None  # "pass", "fail" or None
     gate_reasons: tuple = ()
     result_ts: str = ""
+    result_seq: int = -1  # the ledger row of its result
 
     @property
     def finalized(self) -> bool:
@@ -189,11 +190,21 @@ def score_ledger_bytes(data: bytes, window=(5, 19), first_seq: int = 0) -> dict:
     return out
 
 
-def build(rows, window=(5, 19), noise_floor=0.01, baseline_repeats=3, scores=None) -> Ranking:
-    """Rank the campaign described by ``rows`` (ledger rows, in any order).
+class MergeConflict(Exception):
+    """A row that only the whole set of rows can place (a second launch or result of a run, or a row for
+    a run with no launch row): an incremental merge gives up and the caller ranks from every row."""
 
-    ``scores`` is ``score_results(rows, window)`` when the caller computed it already (in
-    parallel); it must come from these very rows."""
+
+def merge(rows, window=(5, 19), scores=None, runs=None) -> tuple:
+    """Fold the ``launch``, ``result`` and ``gate`` rows into one ``RunView`` per run.
+
+    Returns ``(runs, stop_rows, warnings)``. With ``runs`` (the views of rows merged before, as the view
+    cache keeps them) the rows are merged into those views, and any row whose placement depends on rows
+    no longer at hand raises ``MergeConflict``; the result is then exactly what merging every row at once
+    gives, because a run's views take each field from its one launch, its one result and the union of its
+    gates."""
+    incremental = runs is not None
+    runs = runs if incremental else {}
     warnings = []
     by_kind = {"launch": [], "result": [], "gate": [], "stop": []}
     for row in rows:
@@ -203,12 +214,13 @@ def build(rows, window=(5, 19), noise_floor=0.01, baseline_repeats=3, scores=Non
     launches = {}
     for row in by_kind["launch"]:
         run_id = row["run"]
-        if run_id in launches:
+        if run_id in launches or (incremental and run_id in runs):
+            if incremental:
+                raise MergeConflict("run %s is launched more than once" % run_id)
             warnings.append("run %s is launched more than once; the earliest launch is used" % run_id)
             if _content_key(row) >= _content_key(launches[run_id]):
                 continue
         launches[run_id] = row
-    runs = {}
     for run_id, row in launches.items():
         runs[run_id] = RunView(
             run=run_id, purpose=row["purpose"], recipe=row["recipe_sha256"], launch_ts=row["ts"],
@@ -218,16 +230,15 @@ def build(rows, window=(5, 19), noise_floor=0.01, baseline_repeats=3, scores=Non
             recipe_path=row.get("recipe_path", ""))
     results = {}
     for row in by_kind["result"]:
-        previous = results.get(row["run"])
+        run_id = row["run"]
+        previous = results.get(run_id)
+        if incremental and (previous is not None or run_id not in runs or runs[run_id].finalized):
+            raise MergeConflict("run %s has a result the new rows alone cannot place" % run_id)
         if previous is not None:
-            warnings.append("run %s has more than one result; the latest is used" % row["run"])
+            warnings.append("run %s has more than one result; the latest is used" % run_id)
             if _content_key(row) <= _content_key(previous):
                 continue
-        results[row["run"]] = row
-    gates = {}
-    for row in by_kind["gate"]:
-        gates.setdefault(row["run"], []).append(row)
-    stop = max(by_kind["stop"], key=_content_key) if by_kind["stop"] else None
+        results[run_id] = row
     for run_id, row in results.items():
         run = runs.get(run_id)
         if run is None:
@@ -236,21 +247,45 @@ def build(rows, window=(5, 19), noise_floor=0.01, baseline_repeats=3, scores=Non
         run.status = row["status"]
         run.failure = row.get("failure")
         run.result_ts = row["ts"]
+        run.result_seq = row["seq"]
         run.simulated = run.simulated or bool(row.get("simulated", False))
         score = scores.get(row["seq"]) if scores is not None else None
         run.score = score if score is not None else score_run(row["status"], row.get("metrics"), window,
                                                                  row.get("failure"))
         if run.purpose == "profile" and run.score.rankable:  # the profiler slows the steps it records
             run.score = RunScore(False, "profile run: not scored (the profiler slows the steps it records)")
+    gates = {}
+    for row in by_kind["gate"]:
+        gates.setdefault(row["run"], []).append(row)
     for run_id, gate_rows in gates.items():
         run = runs.get(run_id)
         if run is None:
+            if incremental:
+                raise MergeConflict("gate for run %s, which has no launch row" % run_id)
             warnings.append("gate for run %s, which has no launch row; ignored" % run_id)
             continue
         verdicts = {row["verdict"] for row in gate_rows}
+        if run.gate:
+            verdicts.add(run.gate)
         run.gate = "fail" if "fail" in verdicts else "pass"
-        run.gate_reasons = tuple(sorted({reason for row in gate_rows for reason in row.get("reasons", [])}))
+        run.gate_reasons = tuple(sorted(set(run.gate_reasons).union(
+            reason for row in gate_rows for reason in row.get("reasons", []))))
+    return runs, by_kind["stop"], warnings
 
+
+def build(rows, window=(5, 19), noise_floor=0.01, baseline_repeats=3, scores=None) -> Ranking:
+    """Rank the campaign described by ``rows`` (ledger rows, in any order).
+
+    ``scores`` is ``score_results(rows, window)`` when the caller computed it already (in
+    parallel); it must come from these very rows."""
+    runs, stops, warnings = merge(rows, window, scores)
+    return assemble(runs, stops, warnings, noise_floor, baseline_repeats)
+
+
+def assemble(runs: dict, stops: list, warnings: list, noise_floor=0.01, baseline_repeats=3) -> Ranking:
+    """Rank merged runs (``merge``): recipes, noise band, baseline and leader."""
+    warnings = list(warnings)
+    stop = max(stops, key=_content_key) if stops else None
     ordered = sorted(runs.values(), key=_sort_key)
     grouped = {}
     for run in ordered:

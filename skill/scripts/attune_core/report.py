@@ -62,7 +62,7 @@ def render(snapshot: Snapshot, checks: list, shipped: bool, payback: Optional[fl
     ranking = snapshot.ranking
     base, lead = ranking.baseline, ranking.leader
     out = ["# ATTUNE report: campaign %s" % snapshot.campaign.id, ""]
-    note = snapshot.ledger_rows[0].get("note") if snapshot.ledger_rows else None
+    note = snapshot.genesis.get("note")
     if note:
         out += ["Campaign note: %s" % note, ""]
     if shipped:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 from pathlib import Path
+from typing import Optional
 
 from . import budget as budget_mod
 from . import measure
@@ -20,12 +21,16 @@ from .errors import IntegrityError
 class Snapshot:
     campaign: Campaign
     settings: object
-    ledger_rows: list
+    ledger_rows: Optional[list]  # every row; None when the view cache stood in for a prefix (use_cache)
     gpu_seconds: int
     ranking: ranking_mod.Ranking
     budget: budget_mod.BudgetState
     ledger_report: VerifyReport
     gpu_report: VerifyReport
+    row_count: int
+    last_ts: str
+    genesis: dict  # the ledger's first row (kind campaign)
+    leader_rows: list
     reused_rows: int = 0  # rows of a prefix proved unchanged by the view cache, not re-read
     cache_job: object = None
 
@@ -43,12 +48,24 @@ class Snapshot:
         return (self.campaign.dir / INTEGRITY_VIOLATION).exists()
 
 
-def _verify_gpu_log(campaign: Campaign) -> tuple:
-    """Verify the GPU-hour log; return its report (rows dropped), total GPU-seconds and campaign id."""
-    report = campaign.gpu_log.verify()
-    total = budget_mod.total_gpu_seconds(report.parsed)
-    first = report.parsed[0]["campaign"] if report.parsed else None
+def _verify_gpu_log(campaign: Campaign, use_cache: bool = False, save_cache: bool = False) -> tuple:
+    """Verify the GPU-hour log; return its report (rows dropped), total GPU-seconds and campaign id.
+    ``use_cache`` (views only) skips the prefix its view cache proves unchanged, as for the ledger."""
+    data = campaign.gpu_log.read_bytes()
+    cached = viewcache.load_gpu(campaign.dir, data) if use_cache else None
+    resume = (cached["size"], cached["count"], cached["prev"], cached["campaign"]) if cached else None
+    report = campaign.gpu_log.verify(data, resume)
+    total = (cached["gpu_seconds"] if cached else 0) + budget_mod.total_gpu_seconds(report.parsed)
+    first = cached["campaign"] if cached else (report.parsed[0]["campaign"] if report.parsed else None)
+    if use_cache and save_cache and report.ok and report.parsed:
+        complete = len(data) - report.torn_tail_bytes
+        viewcache.save_gpu(campaign.dir, data, complete, report.rows, _last_row_sha(data, complete), first, total)
     return report.without_rows(), total, first
+
+
+def _last_row_sha(data: bytes, complete: int) -> str:
+    """SHA-256 of the last whole row of ``data[:complete]`` (the next row's ``prev``)."""
+    return hashlib.sha256(data[data.rfind(b"\n", 0, complete - 1) + 1:complete - 1]).hexdigest()
 
 
 def _check(ledger_report: VerifyReport, gpu: tuple, ledger_id=None) -> None:
@@ -80,42 +97,65 @@ def take(campaign_dir, env=None, config_file=None, use_cache: bool = False, save
     campaign = Campaign(Path(campaign_dir))
     campaign.require_ledger()
     settings = campaign.settings(env, config_file)
-    data = campaign.ledger.read_bytes()
-    cached = viewcache.load(campaign.dir, data, settings.window) if use_cache else None
+    # On a second core, while this process verifies the ledger: the GPU-hour log is verified and,
+    # when there is much to read, the runs are scored from the very bytes being verified. The child
+    # is forked first, while this process holds little, so that it copies little.
+    gpu_job = Background(_verify_gpu_log, campaign, use_cache, save_cache)
+    gpu = []
+
+    def gpu_result() -> tuple:
+        if not gpu:
+            gpu.append(gpu_job.result())
+        return gpu[0]
+
+    try:
+        data = campaign.ledger.read_bytes()
+        cached = viewcache.load(campaign.dir, data, settings.window) if use_cache else None
+        try:
+            return _take(campaign, settings, data, cached, use_cache and save_cache, gpu_result)
+        except ranking_mod.MergeConflict:  # a row only the whole ledger can place: read every row
+            return _take(campaign, settings, data, None, use_cache and save_cache, gpu_result)
+    except BaseException:
+        if not gpu:
+            gpu_job.cancel()
+        raise
+
+
+def _take(campaign, settings, data, cached, save, gpu_result) -> Snapshot:
     offset = cached["size"] if cached else 0
     resume = (offset, cached["count"], cached["prev"], cached["campaign"]) if cached else None
-    # On a second core, while this process verifies the ledger: the GPU-hour log is verified and,
-    # when there is much to read, the runs are scored from the very bytes being verified.
-    gpu_job = Background(_verify_gpu_log, campaign)
     score_job = None
     if len(data) - offset > PARALLEL_SCORING_BYTES:
         score_job = Background(ranking_mod.score_ledger_bytes, data[offset:], settings.window,
                                cached["count"] if cached else 0)
     ledger_report = campaign.ledger.verify(data, resume)
-    gpu = gpu_job.result()
-    new_scores = score_job.result() if score_job is not None else {}
+    gpu = gpu_result()
+    scores = score_job.result() if score_job is not None else {}
     _check(ledger_report, gpu, cached["campaign"] if cached else None)
     new_rows = ledger_report.parsed
     for row in new_rows:
-        if row["kind"] == "result" and row["seq"] not in new_scores:
-            new_scores[row["seq"]] = measure.score_run(row["status"], row.get("metrics"), settings.window,
-                                                       row.get("failure"))
-    rows = (cached["rows"] + new_rows) if cached else new_rows
-    scores = cached["scores"] if cached else {}
-    scores.update(new_scores)
+        if row["kind"] == "result" and row["seq"] not in scores:
+            scores[row["seq"]] = measure.score_run(row["status"], row.get("metrics"), settings.window,
+                                                   row.get("failure"))
+    runs, stops, warnings = ranking_mod.merge(new_rows, settings.window, scores,
+                                              runs=cached["runs"] if cached else None)
+    leaders = [row for row in new_rows if row["kind"] == "leader"]
+    if cached:
+        stops, leaders = cached["stops"] + stops, cached["leaders"] + leaders
+    genesis = cached["genesis"] if cached else (new_rows[0] if new_rows else {})
+    count = (cached["count"] if cached else 0) + len(new_rows)
+    last_ts = new_rows[-1]["ts"] if new_rows else (cached["last_ts"] if cached else None)
     cache_job = None
-    if use_cache and save_cache and new_rows:  # written by a child while this process ranks; joined by finish()
-        cache_job = Background(_save_view, campaign.dir, data, len(data) - ledger_report.torn_tail_bytes,
-                               cached["rows"] if cached else [], new_rows, new_scores, rows[0]["campaign"],
+    if save and new_rows and not warnings:  # written by a child while this process ranks; joined by finish()
+        cache_job = Background(_save_view, campaign.dir, data, len(data) - ledger_report.torn_tail_bytes, count,
+                               genesis["campaign"], last_ts, genesis, leaders, stops, list(runs.values()),
                                settings.window)
-    ranking = ranking_mod.build(rows, settings.window, settings.noise_floor, settings.baseline_repeats, scores)
+    ranking = ranking_mod.assemble(runs, stops, warnings, settings.noise_floor, settings.baseline_repeats)
     budget = budget_mod.state(settings, ranking, gpu[1])
-    return Snapshot(campaign, settings, rows, gpu[1], ranking, budget, ledger_report, gpu[0],
-                    cached["count"] if cached else 0, cache_job)
+    return Snapshot(campaign, settings, None if cached else new_rows, gpu[1], ranking, budget, ledger_report,
+                    gpu[0], count, last_ts, genesis, leaders, cached["count"] if cached else 0, cache_job)
 
 
-def _save_view(directory, data, complete, cached_rows, new_rows, scores, campaign_id, window) -> bool:
-    slim_rows = cached_rows + [viewcache.slim(row, scores.get(row["seq"])) for row in new_rows]
-    last_line = data[data.rfind(b"\n", 0, complete - 1) + 1:complete - 1]
-    return viewcache.save(directory, data, complete, slim_rows, hashlib.sha256(last_line).hexdigest(),
-                          campaign_id, window)
+def _save_view(directory, data, complete, count, campaign_id, last_ts, genesis, leaders, stops, runs, window):
+    return viewcache.save(directory, data, complete, count, _last_row_sha(data, complete), campaign_id,
+                          last_ts, genesis, leaders, stops, runs, window)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import heapq
+
 from .ranking import RecipeView
 from .snapshot import Snapshot
 
@@ -26,12 +28,10 @@ def _recipe(snapshot: Snapshot, recipe: RecipeView) -> dict:
 def collect(snapshot: Snapshot) -> dict:
     """Everything ``status`` shows, as plain data (the ``--json`` output)."""
     ranking = snapshot.ranking
-    results = [row for row in snapshot.ledger_rows if row["kind"] == "result"][-LAST_RESULTS:]
+    finalized = [run for run in ranking.runs if run.result_seq >= 0]
     last = []
-    for row in results:
-        run = ranking.run(row["run"])
-        if run is None:
-            continue
+    for run in sorted(heapq.nlargest(LAST_RESULTS, finalized, key=lambda run: run.result_seq),
+                      key=lambda run: run.result_seq):
         last.append({"run": run.run, "status": run.status, "tokens_per_s_per_gpu": run.tokens,
                      "vs_leader": ranking.relative(run.tokens, ranking.leader),
                      "verdict": ranking.run_status(run), "simulated": run.simulated})
