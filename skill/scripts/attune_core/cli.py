@@ -26,7 +26,7 @@ from . import settings as settings_mod
 from . import snapshot as snapshot_mod
 from . import status as status_mod
 from .background import Background, BackgroundError
-from .errors import EXIT_OK, AttuneError, CheckFailed, InputError, IntegrityError
+from .errors import EXIT_CHECK_FAILED, EXIT_OK, AttuneError, CheckFailed, InputError, IntegrityError
 
 VERBS = {}
 
@@ -332,6 +332,59 @@ def cmd_topology(args) -> int:
     return EXIT_OK
 
 
+@verb("gate", "the correctness gate: is the candidate's configuration legal and does its loss follow the "
+              "baseline's (exit 1 when it fails)")
+def cmd_gate(args) -> int:
+    from correctness import gate as gate_mod
+    from correctness.rules import Rules
+    steps = _steps(args.steps)
+    if args.run:
+        if args.baseline or args.candidate:
+            raise InputError("--run gates a campaign's run against its baseline; --baseline and --candidate are "
+                             "for run directories outside a campaign. Fix: give one or the other")
+        campaign = campaign_mod.Campaign(_dir(args))
+        result = gate_mod.gate_campaign_run(campaign, _settings(args, campaign), args.run, args.repeat or (), steps,
+                                            args.rules)
+    else:
+        if not (args.baseline and args.candidate):
+            raise InputError("give --run RUN (a campaign's run) or both --baseline DIR and --candidate DIR")
+        result = gate_mod.run_gate(args.baseline, args.candidate, args.repeat or (), steps,
+                                   Rules(overrides=args.rules or None))
+    conv = result["convergence"]
+    calibrated = conv.get("calibrated") or {}
+    lines = ["verdict: %s" % result["verdict"],
+             "config: %s (%d change(s))" % ("pass" if result["config"]["passed"] else "fail",
+                                           len(result["config"]["changes"])),
+             "bridge: %s%s" % ("pass" if conv["bridge"]["passed"] else "fail",
+                               " (%s)" % ", ".join(conv["bridge"]["failed_metrics"]) if conv["bridge"]["failed_metrics"]
+                               else ""),
+             "calibrated: %s" % ({True: "pass", False: "fail"}.get(calibrated.get("passed"), "not run"))]
+    for change in result["config"]["changes"]:
+        lines.append("change: %s %s: %s -> %s: %s%s" % (change["kind"], change["name"], change["old"], change["new"],
+                                                      change["class"], " (exact)" if change.get("exact") else ""))
+    for name in ("level", "progress"):
+        if calibrated.get(name):
+            stat = calibrated[name]
+            lines.append("%s: %.4g%% (threshold %.4g%%, %s)" % (name, stat["value"] * 100, stat["threshold"] * 100,
+                                                            stat["threshold_basis"]))
+    lines += ["reason: %s" % reason for reason in result["reasons"]]
+    lines += ["warning: %s" % warning for warning in result["warnings"]]
+    _emit(args, result, "\n".join(lines))
+    return EXIT_OK if result["verdict"] == "pass" else EXIT_CHECK_FAILED
+
+
+def _steps(text):
+    if not text:
+        return (1, 20)
+    try:
+        first, last = (int(part) for part in text.split(":"))
+    except ValueError:
+        first = last = None
+    if first is None or not 1 <= first < last:
+        raise InputError("--steps %s: expected FIRST:LAST with 1 <= FIRST < LAST, e.g. 1:20" % text)
+    return first, last
+
+
 @verb("report", "write REPORT.md, and recipe.yaml when every pre-ship check passes (exit 1 when refused)")
 def cmd_report(args) -> int:
     snap = _snapshot(args)
@@ -411,6 +464,17 @@ def build_parser() -> argparse.ArgumentParser:
         elif name == "metrics":
             p.add_argument("log", help="the log file (any size: it is read line by line)")
             p.add_argument("--exit-code", type=int, help="the run's exit code, for failure triage")
+        elif name == "gate":
+            p.add_argument("--run", help="a finalized run of the campaign: gated against the campaign's baseline, "
+                                         "with gate.json and a ledger row written")
+            p.add_argument("--baseline", metavar="DIR", help="the baseline's run directory (recipe.yaml or "
+                                                             "local.json, and log.txt)")
+            p.add_argument("--candidate", metavar="DIR", help="the candidate's run directory")
+            p.add_argument("--repeat", action="append", metavar="DIR",
+                           help="another run of the baseline's recipe: what a legitimate rerun shows (repeatable)")
+            p.add_argument("--steps", metavar="FIRST:LAST", help="the steps compared (1:20)")
+            p.add_argument("--rules", metavar="FILE",
+                           help="your overrides of the argument classes (default: the ATTUNE_GATE_RULES setting)")
         elif name == "note":
             p.add_argument("text", help="the note")
             p.add_argument("--run", help="the run the note is about")

@@ -100,6 +100,9 @@ SPECS = (
          "smallest noise band, as a fraction (0.01 = 1%)", "0.01", group="measurement"),
     Spec("ATTUNE_BASELINE_REPEATS", "baseline_repeats", "int", "3",
          "baseline runs needed before any candidate can lead (at least 2)", "3", group="measurement"),
+    Spec("ATTUNE_GATE_RULES", "gate_rules", "str", "",
+         "your overrides of the gate's argument classes (YAML, see skill/scripts/correctness/rules/README.md; "
+         "each entry with its justification); empty: the built-in classes only", "", group="measurement"),
 )
 SPEC_BY_ENV = {spec.env: spec for spec in SPECS}
 
@@ -126,6 +129,7 @@ class Settings:
     score_last_step: int
     noise_floor: float
     baseline_repeats: int
+    gate_rules: str = ""
 
     @property
     def budget_kind(self) -> str:

@@ -1,0 +1,170 @@
+"""The convergence check: the candidate's loss against the baseline's, step by step.
+
+Two verdicts on the same steps (PROTOCOL.md §3-§4):
+
+* ``bridge``: Megatron-Bridge's ``validate_convergence`` (scripts/performance/utils/evaluate.py)
+  with the thresholds its launcher applies, reported for comparability. Its known holes (NaN or
+  missing candidate values pass every check; a 10% tolerance at loss above 2) are left as they are
+  here and closed by the gate's own checks.
+* ``calibrated``: the candidate may differ from the baseline no more than a legitimate rerun
+  does. Two statistics, each against the larger of its floor and ``RERUN_MULTIPLIER`` times what
+  the baseline's own reruns show: the *level* (relative loss difference, largest over the
+  window) and the *progress* (difference of the loss change since the first compared step,
+  relative to the baseline's loss, median over the last third of the window). Where the reruns
+  are bitwise identical (a deterministic setup) and every change is scheduling-only, the loss must
+  be reproduced exactly.
+
+Every number a verdict depends on is in ``TOLERANCES``.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from typing import Optional, Sequence
+
+import numpy as np
+
+TOLERANCES = {
+    # Megatron-Bridge validate_convergence: function defaults, with the two its CLI overrides
+    # (scripts/performance/argument_parser.py: --final_loss_tolerance 0.05, --skip_first_percent_loss 0.20).
+    "bridge.correlation_threshold": 0.95,
+    "bridge.high_loss_tolerance": 0.10,  # golden > 2.0
+    "bridge.medium_loss_tolerance": 0.05,  # 0.5 < golden <= 2.0
+    "bridge.low_loss_tolerance": 0.02,  # golden <= 0.5
+    "bridge.final_loss_tolerance": 0.05,
+    "bridge.max_outlier_ratio": 0.10,
+    "bridge.outlier_threshold": 3.0,  # standard deviations
+    "bridge.skip_first_percent_loss": 0.20,
+    # Calibrated (PROTOCOL.md §4): floors from legitimate same-math changes on Megatron-LM's own
+    # golden curves, and how far beyond the measured rerun spread a candidate may go.
+    "calibrated.level_floor": 0.02,
+    "calibrated.progress_floor": 0.005,
+    "calibrated.rerun_multiplier": 3.0,
+}
+
+
+def _finite(values) -> bool:
+    return all(isinstance(v, (int, float)) and math.isfinite(v) for v in values)
+
+
+def bridge_validate(current: Sequence[float], golden: Sequence[float], tolerances: dict = TOLERANCES) -> dict:
+    """Megatron-Bridge's ``validate_convergence`` on aligned per-step values (NaN where missing),
+    step for step as the reference describes it, including its handling of NaN."""
+    t = tolerances
+    cur = np.asarray(current, dtype=float)
+    gold = np.asarray(golden, dtype=float)
+    skip = int(len(gold) * t["bridge.skip_first_percent_loss"])
+    cur, gold = cur[skip:], gold[skip:]
+    failed, metrics = [], {}
+    with warnings.catch_warnings(), np.errstate(all="ignore"):
+        warnings.simplefilter("ignore")
+        corr = float(np.corrcoef(cur, gold)[0, 1]) if len(cur) >= 2 else float("nan")
+        metrics["correlation"] = {"value": corr, "threshold": t["bridge.correlation_threshold"],
+                                  "rule": "fails when below"}
+        if corr < t["bridge.correlation_threshold"]:
+            failed.append("correlation")
+        denom = np.where(gold == 0, np.abs(cur), np.abs(gold))
+        rel = np.abs(cur - gold) / denom
+        tol = np.where(gold > 2.0, t["bridge.high_loss_tolerance"],
+                       np.where(gold > 0.5, t["bridge.medium_loss_tolerance"], t["bridge.low_loss_tolerance"]))
+        fraction = float(np.sum(rel > tol)) / len(rel) if len(rel) else 0.0
+        metrics["point_wise_tolerance"] = {"value": fraction, "threshold": t["bridge.max_outlier_ratio"],
+                                           "max_rel_diff": _num(np.nanmax(rel)) if len(rel) else None,
+                                           "rule": "fraction of steps beyond the loss-magnitude tolerance; fails when above"}
+        if fraction > t["bridge.max_outlier_ratio"]:
+            failed.append("point_wise_tolerance")
+        final = float(abs(cur[-1] - gold[-1]) / gold[-1]) if len(cur) else float("nan")
+        metrics["final_loss"] = {"value": final, "threshold": t["bridge.final_loss_tolerance"],
+                                 "rule": "fails when above"}
+        if final > t["bridge.final_loss_tolerance"]:
+            failed.append("final_loss")
+        resid = cur - gold
+        spread = np.std(resid)
+        count = int(np.sum(np.abs(resid - np.mean(resid)) > t["bridge.outlier_threshold"] * spread))
+        ratio = count / len(resid) if len(resid) else 0.0
+        metrics["outliers"] = {"value": ratio, "threshold": t["bridge.max_outlier_ratio"],
+                               "rule": "fraction of residuals beyond 3 sigma; fails when above"}
+        if ratio > t["bridge.max_outlier_ratio"]:
+            failed.append("outliers")
+    for metric in metrics.values():
+        metric["value"] = _num(metric["value"])
+    return {"passed": not failed, "failed_metrics": failed, "skipped_first_steps": skip, "metrics": metrics}
+
+
+def _num(value) -> Optional[float]:
+    value = float(value)
+    return value if math.isfinite(value) else None
+
+
+def level_series(values: Sequence[float], base: Sequence[float]) -> list:
+    return [abs(c - b) / abs(b) if b else abs(c - b) for c, b in zip(values, base)]
+
+
+def progress_series(values: Sequence[float], base: Sequence[float]) -> list:
+    """Per step: the difference of the loss change since the first step, relative to the baseline's loss."""
+    c0, b0 = values[0], base[0]
+    return [abs((c - c0) - (b - b0)) / abs(b) if b else abs((c - c0) - (b - b0)) for c, b in zip(values, base)]
+
+
+def _late_median(series: list) -> float:
+    tail = series[-max(1, len(series) // 3):]
+    return float(np.median(tail))
+
+
+def calibrated(steps: Sequence[int], candidate: Sequence[float], baseline: Sequence[float],
+               repeats: Sequence[Sequence[float]] = (), exact_change: bool = False,
+               tolerances: dict = TOLERANCES) -> dict:
+    """The calibrated check on aligned, finite values (the gate has already failed NaN and gaps).
+
+    ``repeats`` are the baseline's reruns on the same steps; ``exact_change`` is true when every
+    change is classed scheduling-only, which must reproduce the loss exactly on a deterministic setup."""
+    t = tolerances
+    level = level_series(candidate, baseline)
+    progress = progress_series(candidate, baseline)
+    out = {"steps": [steps[0], steps[-1]],
+           "level": {"value": max(level), "step": steps[level.index(max(level))]},
+           "progress": {"value": _late_median(progress),
+                        "over_steps": [steps[-max(1, len(steps) // 3)], steps[-1]]}}
+    usable = [r for r in repeats if len(r) == len(baseline)]
+    deterministic = bool(usable) and all(list(r) == list(baseline) for r in usable)
+    out["reruns"] = len(usable)
+    out["deterministic"] = deterministic
+    if usable:
+        rerun_level = max(max(level_series(r, baseline)) for r in usable)
+        rerun_progress = max(_late_median(progress_series(r, baseline)) for r in usable)
+    else:
+        rerun_level = rerun_progress = None
+    multiplier = t["calibrated.rerun_multiplier"]
+    for name, rerun, floor in (("level", rerun_level, t["calibrated.level_floor"]),
+                               ("progress", rerun_progress, t["calibrated.progress_floor"])):
+        stat = out[name]
+        stat["rerun"] = rerun
+        stat["threshold"] = max(floor, multiplier * rerun) if rerun is not None else floor
+        stat["threshold_basis"] = ("floor %g" % floor if rerun is None or multiplier * rerun <= floor
+                                   else "%g x the baseline reruns' %g" % (multiplier, rerun))
+        stat["passed"] = stat["value"] <= stat["threshold"]
+    out["exact_required"] = deterministic and exact_change
+    reasons = []
+    if out["exact_required"]:
+        differing = [s for s, c, b in zip(steps, candidate, baseline) if c != b]
+        out["exact"] = {"passed": not differing, "first_differing_step": differing[0] if differing else None}
+        if differing:
+            reasons.append("the baseline's reruns are bitwise identical and every change is scheduling-only, but the "
+                           "loss differs from step %d on (%.6g against %.6g)"
+                           % (differing[0], candidate[steps.index(differing[0])], baseline[steps.index(differing[0])]))
+    for name, words in (("level", "loss differs from the baseline's by %.3g%% at step %d, beyond the %.3g%% a "
+                                  "legitimate rerun allows (%s)"),
+                        ("progress", "loss change since step %d differs from the baseline's by %.3g%% of the loss "
+                                     "(median of steps %d-%d), beyond %.3g%% (%s)")):
+        stat = out[name]
+        if stat["passed"]:
+            continue
+        if name == "level":
+            reasons.append(words % (stat["value"] * 100, stat["step"], stat["threshold"] * 100, stat["threshold_basis"]))
+        else:
+            reasons.append(words % (steps[0], stat["value"] * 100, stat["over_steps"][0], stat["over_steps"][1],
+                                    stat["threshold"] * 100, stat["threshold_basis"]))
+    out["passed"] = not reasons
+    out["reasons"] = reasons
+    return out

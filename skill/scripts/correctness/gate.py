@@ -1,0 +1,258 @@
+"""``attune gate``: run directories in, one verdict out (PROTOCOL.md is the rulebook).
+
+A run directory holds the rendered recipe (``recipe.yaml``, a RayJob, or ``local.json``, the local
+backend's job) and the run's ``log.txt``; so the gate judges runs from any source, inside a
+campaign or not. The verdict passes only when every part passes:
+
+1. the checks: the candidate logged every compared step, with a finite loss, no skipped iteration
+   the baseline did not skip, the same data rows (``rows_sha256``) and the same topology;
+2. the configuration check: every changed argument and environment variable is placement or an
+   allowlisted swap (``config_check``);
+3. the convergence check: Megatron-Bridge's thresholds and the calibrated check (``convergence``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import re
+from pathlib import Path
+from typing import Optional
+
+from attune_core import logparse
+from attune_core.command import Command
+from attune_core.errors import InputError
+from attune_core.recipe import Recipe
+
+from . import config_check, convergence
+from .rules import Rules
+
+DEFAULT_STEPS = (1, 20)
+_ROWS_SHA = re.compile(r"rows_sha256[=:\s]+([0-9a-f]{64})\b")
+_WORLD = re.compile(r"using world size:\s*(\d+)")
+_HEAD_BYTES = 4 << 20  # startup lines (world size, data rows) are near the top of a log
+
+
+@dataclasses.dataclass
+class RunDir:
+    """What the gate reads from one run directory."""
+
+    path: Path
+    args: dict
+    env: dict
+    gpus: Optional[int]  # from the recipe; None for a local job
+    steps: dict  # step -> {"loss": float (NaN when not a number or missing), "skipped": int, "nan": int}
+    world_size: Optional[int]
+    rows_sha256: Optional[str]
+    warnings: list
+
+    @property
+    def last_step(self) -> int:
+        return max(self.steps) if self.steps else 0
+
+
+def _loss(value) -> float:
+    if isinstance(value, (int, float)):
+        return float(value)
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return float("nan")
+
+
+def load_run(path, role: str = "run") -> RunDir:
+    """Read ``recipe.yaml`` (or ``local.json``) and ``log.txt`` from ``path``; ``InputError`` when unusable."""
+    directory = Path(path)
+    if not directory.is_dir():
+        raise InputError("%s %s: not a directory. Fix: give a run directory holding recipe.yaml (or local.json) "
+                         "and log.txt" % (role, directory))
+    gpus = None
+    if (directory / "recipe.yaml").is_file():
+        recipe = Recipe((directory / "recipe.yaml").read_text(encoding="utf-8"), str(directory / "recipe.yaml"))
+        args, env, gpus = recipe.args(), recipe.env(), recipe.gpus() or None
+    elif (directory / "local.json").is_file():
+        try:
+            job = json.loads((directory / "local.json").read_text(encoding="utf-8"))
+            command = Command(job["command"])
+            env = {str(k): str(v) for k, v in (job.get("env") or {}).items()}
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise InputError("%s: not a local job file with a `command` (%s). Fix: give the file the local backend "
+                             "wrote" % (directory / "local.json", exc))
+        args = command.args()
+        env = dict(command.prefix_env(), **env)
+    else:
+        raise InputError("%s %s: has neither recipe.yaml nor local.json. Fix: give the run's directory "
+                         "(runs/<id>/ in a campaign)" % (role, directory))
+    log = directory / "log.txt"
+    if not log.is_file():
+        raise InputError("%s %s: has no log.txt. Fix: finalize the run first, or copy its log there" % (role, directory))
+    parsed = logparse.parse_file(log)
+    warnings = list(parsed.get("warnings", []))
+    records = parsed["steps"]
+    start = 0
+    for index in range(1, len(records)):
+        if records[index]["step"] <= records[index - 1]["step"]:
+            start = index
+    if start:
+        warnings.append("%s restarts at line %d; only its last run is compared" % (log, records[start]["line_no"]))
+    steps = {}
+    for record in records[start:]:
+        steps[record["step"]] = {"loss": _loss(record["lm_loss"]), "skipped": record["skipped"] or 0,
+                                 "nan": record["nan"] or 0}
+    with open(log, "r", encoding="utf-8", errors="replace") as handle:
+        head = handle.read(_HEAD_BYTES)
+    world = _WORLD.search(head)
+    rows = _ROWS_SHA.search(head)
+    rows_sha = rows.group(1) if rows else (env.get("ATTUNE_ROWS_SHA256") or "").strip().lower() or None
+    return RunDir(path=directory, args=args, env=env, gpus=gpus, steps=steps,
+                  world_size=int(world.group(1)) if world else None, rows_sha256=rows_sha, warnings=warnings)
+
+
+def _check(passed: bool, detail: str) -> dict:
+    return {"passed": passed, "detail": detail}
+
+
+def _checks(baseline: RunDir, candidate: RunDir, window: list) -> dict:
+    checks = {}
+    missing = [s for s in window if s not in candidate.steps]
+    short = candidate.last_step < window[-1]
+    checks["length"] = _check(not short, "the candidate logged steps up to %d; the window ends at %d"
+                              % (candidate.last_step, window[-1]))
+    checks["steps"] = _check(not missing, "missing step(s) %s" % _steps_text(missing) if missing
+                             else "every step of %d-%d logged" % (window[0], window[-1]))
+    bad = [s for s in window if s in candidate.steps
+           and (not math.isfinite(candidate.steps[s]["loss"]) or candidate.steps[s]["nan"])]
+    checks["finite_loss"] = _check(not bad, "loss not a finite number (NaN, inf or missing) at step(s) %s"
+                                   % _steps_text(bad) if bad else "finite loss at every logged step")
+    skipped = [s for s in window if s in candidate.steps and candidate.steps[s]["skipped"]
+               and not (s in baseline.steps and baseline.steps[s]["skipped"])]
+    checks["skipped"] = _check(not skipped, "skipped iteration(s) at step(s) %s that the baseline did not skip"
+                               % _steps_text(skipped) if skipped else "no skipped iteration the baseline did not skip")
+    if baseline.rows_sha256 and candidate.rows_sha256:
+        same = baseline.rows_sha256 == candidate.rows_sha256
+        checks["data"] = _check(same, "rows_sha256 %s (baseline %s)" % (candidate.rows_sha256[:16],
+                                                                         baseline.rows_sha256[:16]))
+    elif baseline.rows_sha256 or candidate.rows_sha256:
+        checks["data"] = _check(False, "only the %s records its rows_sha256: the data cannot be shown to be the same"
+                                % ("baseline" if baseline.rows_sha256 else "candidate"))
+    else:
+        checks["data"] = _check(True, "neither run records a rows_sha256 (the data flags are compared by the "
+                                      "configuration check)")
+    topology = []
+    if baseline.gpus and candidate.gpus and baseline.gpus != candidate.gpus:
+        topology.append("%d GPUs in the recipe against the baseline's %d" % (candidate.gpus, baseline.gpus))
+    if baseline.world_size and candidate.world_size and baseline.world_size != candidate.world_size:
+        topology.append("world size %d in the log against the baseline's %d" % (candidate.world_size,
+                                                                                baseline.world_size))
+    checks["topology"] = _check(not topology, "; ".join(topology) or "the same GPUs as the baseline")
+    return checks
+
+
+def _steps_text(steps: list) -> str:
+    return ", ".join(str(s) for s in steps[:10]) + (" and %d more" % (len(steps) - 10) if len(steps) > 10 else "")
+
+
+def run_gate(baseline_dir, candidate_dir, repeat_dirs=(), steps=DEFAULT_STEPS, rules: Rules = None) -> dict:
+    """The gate's verdict as plain data (PROTOCOL.md §5 lists the fields)."""
+    rules = rules or Rules()
+    baseline = load_run(baseline_dir, "baseline")
+    candidate = load_run(candidate_dir, "candidate")
+    repeats = [load_run(path, "repeat") for path in repeat_dirs]
+    first, last = steps
+    window = [s for s in sorted(baseline.steps) if first <= s <= last]
+    if not window or window[-1] < last:
+        raise InputError("baseline %s: logged steps %s; the gate compares steps %d-%d. Fix: give a baseline that "
+                         "ran at least %d steps with --log-interval 1, or pass --steps"
+                         % (baseline.path, "%d-%d" % (min(baseline.steps), baseline.last_step) if baseline.steps
+                            else "none", first, last, last))
+    base_loss = [baseline.steps[s]["loss"] for s in window]
+    if not all(math.isfinite(v) for v in base_loss):
+        raise InputError("baseline %s: its loss is not finite at every step of %d-%d; it cannot be the reference. "
+                         "Fix: gate against a healthy baseline run" % (baseline.path, first, last))
+    checks = _checks(baseline, candidate, window)
+    config = config_check.check(baseline, candidate, rules)
+    reasons = [name + ": " + check["detail"] for name, check in checks.items() if not check["passed"]]
+    reasons += config["reasons"]
+    result = {"verdict": None, "reasons": reasons, "checks": checks, "config": config,
+              "baseline": str(baseline.path), "candidate": str(candidate.path),
+              "repeats": [str(r.path) for r in repeats],
+              "rules": {"path": rules.path, "sha256": rules.sha256, "overrides": rules.overrides_path,
+                        "overrides_sha256": rules.overrides_sha256},
+              "warnings": baseline.warnings + candidate.warnings + [w for r in repeats for w in r.warnings]}
+    aligned = [candidate.steps[s]["loss"] if s in candidate.steps else float("nan") for s in window]
+    bridge = convergence.bridge_validate(aligned, base_loss)
+    conv = {"steps": [window[0], window[-1]], "bridge": bridge}
+    if checks["steps"]["passed"] and checks["finite_loss"]["passed"]:
+        rerun_losses = []
+        for rerun in repeats:
+            if all(s in rerun.steps and math.isfinite(rerun.steps[s]["loss"]) for s in window):
+                rerun_losses.append([rerun.steps[s]["loss"] for s in window])
+            else:
+                result["warnings"].append("repeat %s does not have a finite loss at every step of %d-%d; not used"
+                                          % (rerun.path, window[0], window[-1]))
+        calibrated = convergence.calibrated(window, aligned, base_loss, rerun_losses,
+                                            exact_change=config["exact_only"])
+        conv["calibrated"] = calibrated
+        conv["passed"] = calibrated["passed"] and bridge["passed"]
+        reasons += ["convergence: " + reason for reason in calibrated["reasons"]]
+        if not bridge["passed"]:
+            reasons.append("convergence: Megatron-Bridge validate_convergence failed %s"
+                           % ", ".join(bridge["failed_metrics"]))
+    else:
+        conv["calibrated"] = None
+        conv["passed"] = False
+    result["convergence"] = conv
+    result["verdict"] = "pass" if not reasons else "fail"
+    return result
+
+
+def _summary(result: dict) -> dict:
+    """What the ledger's gate row keeps of a verdict (gate.json keeps everything)."""
+    conv = result["convergence"]
+    calibrated = conv.get("calibrated") or {}
+    return {"config": result["config"]["passed"], "bridge": conv["bridge"]["passed"],
+            "calibrated": calibrated.get("passed"),
+            "level": (calibrated.get("level") or {}).get("value"),
+            "progress": (calibrated.get("progress") or {}).get("value"),
+            "deterministic": calibrated.get("deterministic"), "exact_required": calibrated.get("exact_required"),
+            "checks": {name: check["passed"] for name, check in result["checks"].items()},
+            "changes": [{"name": c["name"], "class": c["class"]} for c in result["config"]["changes"]],
+            "overrides_used": result["config"]["overrides_used"], "rules_sha256": result["rules"]["sha256"],
+            "overrides_sha256": result["rules"]["overrides_sha256"], "steps": conv["steps"]}
+
+
+def gate_campaign_run(campaign, settings, run: str, extra_repeats=(), steps=DEFAULT_STEPS, rules_file=None) -> dict:
+    """Gate a finalized run of ``campaign`` against its baseline; write ``runs/<run>/gate.json`` and a
+    ``gate`` ledger row. The reference is the earliest finished baseline run; the other finished runs
+    of the baseline's recipe are its reruns."""
+    from attune_core.errors import CheckFailed
+    from attune_core.report import atomic_write
+
+    rows = campaign.ledger.rows()
+    launches = {row["run"]: row for row in rows if row["kind"] == "launch"}
+    finished = {row["run"] for row in rows if row["kind"] == "result" and row["status"] == "finished"}
+    if run not in launches:
+        raise InputError("run %s was never launched in campaign %s. Fix: `attune status` lists its runs"
+                         % (run, campaign.id))
+    if run not in finished:
+        raise CheckFailed("run %s has no finished result: finalize it first (a failed run cannot pass the gate)" % run)
+    baselines = sorted((row for row in launches.values() if row["purpose"] == "baseline" and row["run"] in finished),
+                       key=lambda row: (row["ts"], row["run"]))
+    if not baselines:
+        raise CheckFailed("campaign %s has no finished baseline run to gate against. Fix: launch and finalize the "
+                          "baseline first" % campaign.id)
+    reference = baselines[0]
+    reruns = [row["run"] for row in sorted(launches.values(), key=lambda row: (row["ts"], row["run"]))
+              if row["recipe_sha256"] == reference["recipe_sha256"] and row["run"] in finished
+              and row["run"] not in (reference["run"], run)]
+    rules = Rules(overrides=rules_file or getattr(settings, "gate_rules", "") or None)
+    result = run_gate(campaign.run_dir(reference["run"]), campaign.run_dir(run),
+                      [campaign.run_dir(r) for r in reruns] + list(extra_repeats), steps, rules)
+    result["run"], result["against"] = run, reference["run"]
+    atomic_write(campaign.run_dir(run) / "gate.json",
+                 (json.dumps(result, indent=2, sort_keys=True, default=str) + "\n").encode("utf-8"))
+    row = campaign.append("gate", run=run, verdict=result["verdict"], against=reference["run"],
+                          checks=_summary(result), reasons=result["reasons"])
+    result["ledger_seq"] = row["seq"]
+    return result

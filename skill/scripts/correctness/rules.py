@@ -1,0 +1,196 @@
+"""The argument classes the configuration check applies (``rules/numerics_list.yaml``).
+
+Each entry names one argument (``kind: arg``, as written, with its dashes) or environment variable
+(``kind: env``) and gives its class:
+
+* ``numeric``: changes the math; a candidate may not change it (a user may reclass it, see below).
+* ``fixed``: what a tuning campaign never changes (sequence length, global batch, data, seed,
+  learning-rate schedule, precision recipe, loss definition, initialization, architecture); no
+  override can reclass it.
+* ``placement``: the same math, placed or scheduled differently. ``exact: true`` when the change is
+  scheduling only and the loss is expected to be bitwise equal; ``false`` when kernels or the
+  reduction order change.
+* ``swap``: an allowlisted same-math swap between the values of one of its ``pairs``; any other
+  change of that argument is numeric.
+
+An unlisted name counts as numeric. ``numeric_when`` makes a placement or swap change numeric when
+any of the named arguments is set in either recipe (token dropping makes expert parallelism change
+the math, for example).
+
+A user's overrides file (the ``ATTUNE_GATE_RULES`` setting, or ``attune gate --rules FILE``) has
+the same format; each of its entries also carries a ``justification``, replaces the built-in entry
+of the same name and kind, and is reported with that justification wherever it was used.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+from pathlib import Path
+from typing import Optional
+
+import yaml
+
+from attune_core.errors import InputError
+
+RULES_FILE = Path(__file__).resolve().parent / "rules" / "numerics_list.yaml"
+CLASSES = ("numeric", "fixed", "placement", "swap")
+KINDS = ("arg", "env")
+_REQUIRED = ("name", "kind", "class", "stacks", "reason", "source")
+_OPTIONAL = ("exact", "pairs", "numeric_when", "justification")
+
+
+@dataclasses.dataclass(frozen=True)
+class Rule:
+    name: str
+    kind: str
+    cls: str
+    reason: str
+    source: str
+    stacks: tuple = ()
+    exact: bool = False
+    pairs: tuple = ()  # frozensets of two values
+    numeric_when: tuple = ()
+    justification: Optional[str] = None  # set on a user's override
+    origin: str = "numerics_list.yaml"
+
+    def as_dict(self) -> dict:
+        out = {"class": self.cls, "reason": self.reason, "source": self.source, "from": self.origin}
+        if self.cls == "placement":
+            out["exact"] = self.exact
+        if self.pairs:
+            out["pairs"] = [sorted(pair) for pair in self.pairs]
+        if self.numeric_when:
+            out["numeric_when"] = list(self.numeric_when)
+        if self.justification:
+            out["justification"] = self.justification
+        return out
+
+
+UNLISTED = Rule(name="", kind="", cls="numeric", reason="not in the rules: an unlisted argument counts as numeric",
+                source="PROTOCOL.md §2", origin="default")
+
+
+def _value(value) -> str:
+    """A value as the rules compare it: the text a command line carries."""
+    if value is True:
+        return "true"
+    return str(value)
+
+
+def _parse(data, path: str, overrides: bool) -> dict:
+    problems = []
+    if not isinstance(data, dict) or not isinstance(data.get("entries"), list):
+        raise InputError("%s: expected a mapping with `version: 1` and an `entries:` list. Fix: see "
+                         "correctness/rules/README.md" % path)
+    if data.get("version") != 1:
+        problems.append("%s: version is %r, expected 1" % (path, data.get("version")))
+    rules = {}
+    for index, entry in enumerate(data["entries"]):
+        where = "%s: entries[%d]" % (path, index)
+        if not isinstance(entry, dict):
+            problems.append("%s is not a mapping" % where)
+            continue
+        where = "%s (%s)" % (where, entry.get("name"))
+        required = _REQUIRED + (("justification",) if overrides else ())
+        missing = [key for key in required if entry.get(key) in (None, "", [])]
+        unknown = sorted(set(entry) - set(_REQUIRED) - set(_OPTIONAL))
+        if missing:
+            problems.append("%s: missing %s" % (where, ", ".join(missing)))
+        if unknown:
+            problems.append("%s: unknown key(s) %s" % (where, ", ".join(unknown)))
+        if missing:
+            continue
+        name, kind, cls = str(entry["name"]), entry["kind"], entry["class"]
+        if kind not in KINDS:
+            problems.append("%s: kind %r is not one of %s" % (where, kind, ", ".join(KINDS)))
+        if cls not in CLASSES:
+            problems.append("%s: class %r is not one of %s" % (where, cls, ", ".join(CLASSES)))
+        if kind == "arg" and not name.startswith("--"):
+            problems.append("%s: an argument is named with its leading dashes (--%s)" % (where, name.lstrip("-")))
+        if cls == "placement" and not isinstance(entry.get("exact"), bool):
+            problems.append("%s: a placement entry says `exact: true` or `exact: false`" % where)
+        if cls != "placement" and "exact" in entry:
+            problems.append("%s: only placement entries have `exact`" % where)
+        pairs = entry.get("pairs") or []
+        if cls == "swap":
+            if not pairs or not all(isinstance(pair, list) and len(pair) == 2 and _value(pair[0]) != _value(pair[1])
+                                    for pair in pairs):
+                problems.append("%s: a swap entry lists `pairs:` of two different values each" % where)
+                pairs = []
+        elif pairs:
+            problems.append("%s: only swap entries have `pairs`" % where)
+        when = entry.get("numeric_when") or []
+        if not isinstance(when, list) or not all(isinstance(flag, str) for flag in when):
+            problems.append("%s: numeric_when is a list of argument names" % where)
+            when = []
+        stacks = entry["stacks"]
+        if not isinstance(stacks, list) or not all(isinstance(stack, str) for stack in stacks):
+            problems.append("%s: stacks is a list of names" % where)
+            stacks = []
+        key = (kind, name)
+        if key in rules:
+            problems.append("%s: %s %s is listed twice" % (where, kind, name))
+        rules[key] = Rule(name=name, kind=kind, cls=cls, reason=str(entry["reason"]), source=str(entry["source"]),
+                          stacks=tuple(stacks), exact=bool(entry.get("exact", False)),
+                          pairs=tuple(frozenset(_value(v) for v in pair) for pair in pairs), numeric_when=tuple(when),
+                          justification=entry.get("justification"),
+                          origin=Path(path).name if overrides else "numerics_list.yaml")
+    if problems:
+        raise InputError("\n".join(problems))
+    return rules
+
+
+def _load_yaml(path: Path):
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise InputError("cannot read the gate rules %s: %s. Fix: check the path" % (path, exc.strerror))
+    try:
+        return yaml.safe_load(text), hashlib.sha256(text.encode("utf-8")).hexdigest()
+    except yaml.YAMLError as exc:
+        raise InputError("%s is not valid YAML: %s" % (path, str(exc).splitlines()[0]))
+
+
+class Rules(object):
+    """The built-in classes, with a user's overrides on top."""
+
+    def __init__(self, path=RULES_FILE, overrides=None):
+        data, self.sha256 = _load_yaml(Path(path))
+        self.path = str(path)
+        self.rules = _parse(data, str(path), overrides=False)
+        self.overrides_path, self.overrides_sha256 = None, None
+        if overrides:
+            extra, self.overrides_sha256 = _load_yaml(Path(overrides))
+            self.overrides_path = str(overrides)
+            problems = []
+            for key, rule in _parse(extra, str(overrides), overrides=True).items():
+                base = self.rules.get(key)
+                if base is not None and base.cls == "fixed":
+                    problems.append("%s: %s is fixed: what a campaign may never change cannot be overridden. Fix: "
+                                    "remove the entry" % (overrides, rule.name))
+                self.rules[key] = rule
+            if problems:
+                raise InputError("\n".join(problems))
+
+    def get(self, kind: str, name: str) -> Optional[Rule]:
+        return self.rules.get((kind, name))
+
+    def classify(self, kind: str, name: str, old, new, baseline_args: dict, candidate_args: dict) -> tuple:
+        """``(class, exact, rule, why)`` for one change; ``why`` explains a class other than the rule's own."""
+        rule = self.get(kind, name)
+        if rule is None:
+            return "numeric", False, dataclasses.replace(UNLISTED, name=name, kind=kind), None
+        cls, why = rule.cls, None
+        if cls == "swap":
+            pair = frozenset((_value(old), _value(new))) if old is not None and new is not None else None
+            if pair not in rule.pairs:
+                cls, why = "numeric", ("%s -> %s is not an allowlisted pair (%s)"
+                                       % (_value(old) if old is not None else "unset",
+                                          _value(new) if new is not None else "unset",
+                                          "; ".join(" <-> ".join(sorted(p)) for p in rule.pairs)))
+        if cls in ("placement", "swap"):
+            set_by = [flag for flag in rule.numeric_when if flag in baseline_args or flag in candidate_args]
+            if set_by:
+                cls, why = "numeric", "numeric when %s is set" % ", ".join(set_by)
+        return cls, cls == "placement" and rule.exact, rule, why
