@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import json
 
+import importlib.util
+
 import pytest
+from conftest import DATA
 from factory import Builder
 from gate_factory import arg, curve, env, unset, write_run
 
@@ -206,3 +209,17 @@ def test_inside_a_campaign_the_gate_writes_gate_json_and_a_ledger_row(tmp_path, 
     assert row["run"] == "r003" and row["verdict"] == "pass" and row["against"] == "r001"
     assert row["checks"]["changes"] == [{"name": "--manual-gc", "class": "placement"}]
     assert cli.main(["gate", "--run", "r404", "--campaign", str(campaign.dir)]) == 2
+
+
+GOLDEN = DATA / "gate_cases"
+_spec = importlib.util.spec_from_file_location("make_gate_cases", DATA / "make_gate_cases.py")
+make_gate_cases = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(make_gate_cases)
+
+
+@pytest.mark.parametrize("case", sorted(path.name for path in GOLDEN.iterdir() if path.is_dir()))
+def test_golden_cases(case):
+    """Each checked-in case's verdict, whole (regenerate with data/make_gate_cases.py)."""
+    expected = json.loads((GOLDEN / case / "expected_verdict.json").read_text())
+    assert make_gate_cases.evaluate(GOLDEN / case) == expected
+    assert expected["verdict"] == case.split("_")[0]
