@@ -1,10 +1,12 @@
 """The configuration check: every argument and environment variable the candidate changed, classed.
 
 A change is an argument or variable set in one recipe and not the other, or set to another value
-(``--flag`` alone counts as ``true``). Each change is classed by ``rules.Rules``; the check passes
+(``--flag`` alone counts as ``true``; an argument unset in one recipe and set to its rule's
+``default`` in the other is no change). Each change is classed by ``rules.Rules``; the check passes
 when no change is ``numeric`` or ``fixed``. ``exact_only`` is true when there is no change, or
 every change is placement with ``exact: true``: the convergence check then demands the loss be
-reproduced exactly on a deterministic setup.
+reproduced exactly on a deterministic setup. ``same_init`` is true when no change re-draws the
+initial weights (no rule with ``init: true``): both runs start from the same weights.
 """
 
 from __future__ import annotations
@@ -34,6 +36,9 @@ def check(baseline, candidate, rules: Rules) -> dict:
     rows, reasons = [], []
     for kind, old_map, new_map in (("arg", baseline.args, candidate.args), ("env", baseline.env, candidate.env)):
         for name, old, new in changes(old_map, new_map):
+            known = rules.get(kind, name)
+            if known is not None and known.effective(old) == known.effective(new):
+                continue  # set to, or unset from, the program's default: no change
             cls, exact, rule, why = rules.classify(kind, name, old, new, baseline.args, candidate.args)
             row = {"name": name, "kind": kind, "old": old, "new": new, "class": cls, "rule": rule.as_dict()}
             if cls == "placement":
@@ -46,7 +51,9 @@ def check(baseline, candidate, rules: Rules) -> dict:
                                             old if old is not None else "unset", new if new is not None else "unset")
                 reasons.append("config: %s is %s (%s)" % (what, cls, why or rule.reason))
     exact_only = all(row["class"] == "placement" and row.get("exact") for row in rows)
+    same_init = not any(row["rule"].get("init") for row in rows)
     return {"passed": not reasons, "changes": rows, "reasons": reasons, "exact_only": exact_only,
+            "same_init": same_init,
             "overrides_used": [{"name": row["name"], "kind": row["kind"], "class": row["class"],
                                 "justification": row["rule"].get("justification")}
                                for row in rows if row["rule"].get("justification")]}

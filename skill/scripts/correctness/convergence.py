@@ -41,6 +41,11 @@ TOLERANCES = {
     "calibrated.level_floor": 0.02,
     "calibrated.progress_floor": 0.005,
     "calibrated.rerun_multiplier": 3.0,
+    # When no change re-draws the initial weights, both runs start from the same weights: any
+    # difference is the training's own divergence, which grows with how far training moved.
+    "calibrated.same_init.level_floor": 0.001,
+    "calibrated.same_init.progress_floor": 0.0003,
+    "calibrated.same_init.progress_fraction": 0.02,
 }
 
 
@@ -113,12 +118,13 @@ def _late_median(series: list) -> float:
 
 
 def calibrated(steps: Sequence[int], candidate: Sequence[float], baseline: Sequence[float],
-               repeats: Sequence[Sequence[float]] = (), exact_change: bool = False,
+               repeats: Sequence[Sequence[float]] = (), exact_change: bool = False, same_init: bool = False,
                tolerances: dict = TOLERANCES) -> dict:
     """The calibrated check on aligned, finite values (the gate has already failed NaN and gaps).
 
     ``repeats`` are the baseline's reruns on the same steps; ``exact_change`` is true when every
-    change is classed scheduling-only, which must reproduce the loss exactly on a deterministic setup."""
+    change is classed scheduling-only, which must reproduce the loss exactly on a deterministic setup;
+    ``same_init`` when no change re-draws the initial weights, which tightens the floors."""
     t = tolerances
     level = level_series(candidate, baseline)
     progress = progress_series(candidate, baseline)
@@ -136,13 +142,24 @@ def calibrated(steps: Sequence[int], candidate: Sequence[float], baseline: Seque
     else:
         rerun_level = rerun_progress = None
     multiplier = t["calibrated.rerun_multiplier"]
-    for name, rerun, floor in (("level", rerun_level, t["calibrated.level_floor"]),
-                               ("progress", rerun_progress, t["calibrated.progress_floor"])):
+    baseline_progress = max(abs(b - baseline[0]) / abs(b) if b else 0.0 for b in baseline)
+    out["baseline_progress"] = baseline_progress
+    out["same_init"] = same_init
+    for name in ("level", "progress"):
+        if same_init:
+            floor = max(t["calibrated.same_init.%s_floor" % name],
+                        t["calibrated.same_init.progress_fraction"] * baseline_progress)
+            floor_text = "same-weights floor %.3g" % floor
+        else:
+            floor = t["calibrated.%s_floor" % name]
+            floor_text = "floor %g" % floor
+        rerun = rerun_level if name == "level" else rerun_progress
         stat = out[name]
         stat["rerun"] = rerun
+        stat["floor"] = floor
         stat["threshold"] = max(floor, multiplier * rerun) if rerun is not None else floor
-        stat["threshold_basis"] = ("floor %g" % floor if rerun is None or multiplier * rerun <= floor
-                                   else "%g x the baseline reruns' %g" % (multiplier, rerun))
+        stat["threshold_basis"] = (floor_text if rerun is None or multiplier * rerun <= floor
+                                   else "%g x the baseline reruns' %.3g" % (multiplier, rerun))
         stat["passed"] = stat["value"] <= stat["threshold"]
     out["exact_required"] = deterministic and exact_change
     reasons = []

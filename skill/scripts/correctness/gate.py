@@ -8,7 +8,8 @@ campaign or not. The verdict passes only when every part passes:
    the baseline did not skip, the same data rows (``rows_sha256``) and the same topology;
 2. the configuration check: every changed argument and environment variable is placement or an
    allowlisted swap (``config_check``);
-3. the convergence check: Megatron-Bridge's thresholds and the calibrated check (``convergence``).
+3. the convergence check: the calibrated check decides; Megatron-Bridge's verdict on the same
+   steps is reported beside it (``convergence``).
 """
 
 from __future__ import annotations
@@ -192,13 +193,13 @@ def run_gate(baseline_dir, candidate_dir, repeat_dirs=(), steps=DEFAULT_STEPS, r
                 result["warnings"].append("repeat %s does not have a finite loss at every step of %d-%d; not used"
                                           % (rerun.path, window[0], window[-1]))
         calibrated = convergence.calibrated(window, aligned, base_loss, rerun_losses,
-                                            exact_change=config["exact_only"])
+                                            exact_change=config["exact_only"], same_init=config["same_init"])
         conv["calibrated"] = calibrated
-        conv["passed"] = calibrated["passed"] and bridge["passed"]
+        conv["passed"] = calibrated["passed"]
         reasons += ["convergence: " + reason for reason in calibrated["reasons"]]
-        if not bridge["passed"]:
-            reasons.append("convergence: Megatron-Bridge validate_convergence failed %s"
-                           % ", ".join(bridge["failed_metrics"]))
+        if not bridge["passed"] and calibrated["passed"]:
+            result["warnings"].append("Megatron-Bridge validate_convergence alone would fail this candidate (%s); the "
+                                      "calibrated check passes it (PROTOCOL.md §4.1)" % ", ".join(bridge["failed_metrics"]))
     else:
         conv["calibrated"] = None
         conv["passed"] = False

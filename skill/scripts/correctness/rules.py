@@ -13,7 +13,12 @@ Each entry names one argument (``kind: arg``, as written, with its dashes) or en
 * ``swap``: an allowlisted same-math swap between the values of one of its ``pairs``; any other
   change of that argument is numeric.
 
-An unlisted name counts as numeric. ``numeric_when`` makes a placement or swap change numeric when
+``init: true`` marks a placement change that re-draws the initial weights (Megatron-LM seeds
+each tensor-, pipeline- and expert-parallel rank's random stream, so moving weights between ranks
+initializes them differently): the convergence check then allows the offset that brings.
+
+An unlisted name counts as numeric. ``default`` is the value the program gives an unset argument:
+setting it to that value, or unsetting it from that value, is no change. ``numeric_when`` makes a placement or swap change numeric when
 any of the named arguments is set in either recipe (token dropping makes expert parallelism change
 the math, for example).
 
@@ -37,7 +42,7 @@ RULES_FILE = Path(__file__).resolve().parent / "rules" / "numerics_list.yaml"
 CLASSES = ("numeric", "fixed", "placement", "swap")
 KINDS = ("arg", "env")
 _REQUIRED = ("name", "kind", "class", "stacks", "reason", "source")
-_OPTIONAL = ("exact", "pairs", "numeric_when", "justification")
+_OPTIONAL = ("exact", "pairs", "numeric_when", "justification", "default", "init")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -53,6 +58,12 @@ class Rule:
     numeric_when: tuple = ()
     justification: Optional[str] = None  # set on a user's override
     origin: str = "numerics_list.yaml"
+    default: Optional[str] = None  # the value an unset argument has
+    init: bool = False  # a change re-draws the initial weights (which rank builds which weight)
+
+    def effective(self, value) -> Optional[str]:
+        """``value`` as the program sees it: the default when unset."""
+        return self.default if value is None and self.default is not None else value
 
     def as_dict(self) -> dict:
         out = {"class": self.cls, "reason": self.reason, "source": self.source, "from": self.origin}
@@ -64,6 +75,10 @@ class Rule:
             out["numeric_when"] = list(self.numeric_when)
         if self.justification:
             out["justification"] = self.justification
+        if self.default is not None:
+            out["default"] = self.default
+        if self.init:
+            out["init"] = True
         return out
 
 
@@ -112,6 +127,8 @@ def _parse(data, path: str, overrides: bool) -> dict:
             problems.append("%s: a placement entry says `exact: true` or `exact: false`" % where)
         if cls != "placement" and "exact" in entry:
             problems.append("%s: only placement entries have `exact`" % where)
+        if "init" in entry and (cls not in ("placement", "swap") or not isinstance(entry["init"], bool)):
+            problems.append("%s: `init: true` or `init: false` is for placement and swap entries" % where)
         pairs = entry.get("pairs") or []
         if cls == "swap":
             if not pairs or not all(isinstance(pair, list) and len(pair) == 2 and _value(pair[0]) != _value(pair[1])
@@ -135,6 +152,8 @@ def _parse(data, path: str, overrides: bool) -> dict:
                           stacks=tuple(stacks), exact=bool(entry.get("exact", False)),
                           pairs=tuple(frozenset(_value(v) for v in pair) for pair in pairs), numeric_when=tuple(when),
                           justification=entry.get("justification"),
+                          default=_value(entry["default"]) if entry.get("default") is not None else None,
+                          init=bool(entry.get("init", False)),
                           origin=Path(path).name if overrides else "numerics_list.yaml")
     if problems:
         raise InputError("\n".join(problems))
@@ -182,6 +201,7 @@ class Rules(object):
         if rule is None:
             return "numeric", False, dataclasses.replace(UNLISTED, name=name, kind=kind), None
         cls, why = rule.cls, None
+        old, new = rule.effective(old), rule.effective(new)
         if cls == "swap":
             pair = frozenset((_value(old), _value(new))) if old is not None and new is not None else None
             if pair not in rule.pairs:

@@ -223,3 +223,31 @@ def test_golden_cases(case):
     expected = json.loads((GOLDEN / case / "expected_verdict.json").read_text())
     assert make_gate_cases.evaluate(GOLDEN / case) == expected
     assert expected["verdict"] == case.split("_")[0]
+
+
+def test_an_argument_set_to_its_default_is_no_change_and_unset_means_the_default(tmp_path):
+    rules = Rules()
+    assert rules.get("arg", "--attention-backend").default == "auto"
+    result = gate(tmp_path, BASE, [arg("--attention-backend", "auto")])
+    assert result["config"]["changes"] == []
+    baseline = write_run(tmp_path / "b2", BASE, [arg("--attention-backend", "unfused")])
+    unset_side = write_run(tmp_path / "c2", BASE)
+    change = run_gate(baseline, unset_side, [])["config"]["changes"][0]
+    assert (change["name"], change["old"], change["new"], change["class"]) == (
+        "--attention-backend", "unfused", None, "swap")
+
+
+def test_when_both_runs_start_from_the_same_weights_a_small_drift_is_caught(tmp_path):
+    """Early in a long warm-up the loss barely moves (1.4% in 20 steps): a kernel bug that costs 8% of the
+    learning progress is far inside the layout-change floors, but not when no change re-draws the weights."""
+    flat = curve(start=10.9, end=10.75, wobble=0.003)
+    drift = [b + 0.08 * (flat[0] - b) for b in flat]
+    baseline = write_run(tmp_path / "base", flat)
+    rep = write_run(tmp_path / "rep", flat)
+    bug = run_gate(baseline, write_run(tmp_path / "bug", drift, [arg("--tp-comm-overlap")]), [rep])
+    assert bug["config"]["same_init"] is True
+    assert bug["verdict"] == "fail" and not bug["convergence"]["calibrated"]["progress"]["passed"]
+    assert bug["convergence"]["bridge"]["passed"]
+    layout = run_gate(baseline, write_run(tmp_path / "tp", drift, [arg("--tensor-model-parallel-size", "4")]), [rep])
+    assert layout["config"]["same_init"] is False
+    assert layout["verdict"] == "pass", "a layout change re-draws the weights; its floors are wider"

@@ -75,3 +75,12 @@ def test_the_reference_numeric_flags_and_the_never_changing_ones_fail():
 def test_an_unlisted_argument_counts_as_numeric():
     cls, _exact, rule, _why = Rules().classify("arg", "--surely-not-a-megatron-flag", None, "true", {}, {})
     assert cls == "numeric" and rule.origin == "default"
+
+
+def test_layout_changes_are_marked_as_re_drawing_the_initial_weights():
+    rules = Rules()
+    for flag in ("--tensor-model-parallel-size", "--pipeline-model-parallel-size",
+                 "--num-layers-per-virtual-pipeline-stage", "--expert-model-parallel-size"):
+        assert rules.get("arg", flag).init, flag
+    assert not rules.get("arg", "--tp-comm-overlap").init
+    assert all(rule.cls in ("placement", "swap") for rule in rules.rules.values() if rule.init)
