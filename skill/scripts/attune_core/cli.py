@@ -360,8 +360,9 @@ def cmd_gate(args) -> int:
                                else ""),
              "calibrated: %s" % ({True: "pass", False: "fail"}.get(calibrated.get("passed"), "not run"))]
     for change in result["config"]["changes"]:
-        lines.append("change: %s %s: %s -> %s: %s%s" % (change["kind"], change["name"], change["old"], change["new"],
-                                                      change["class"], " (exact)" if change.get("exact") else ""))
+        lines.append("change: %s %s: %s -> %s: %s%s" % (
+            change["kind"], change["name"], "unset" if change["old"] is None else change["old"],
+            "unset" if change["new"] is None else change["new"], change["class"], " (exact)" if change.get("exact") else ""))
     for name in ("level", "progress"):
         if calibrated.get(name):
             stat = calibrated[name]
