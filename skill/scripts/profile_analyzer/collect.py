@@ -1,0 +1,215 @@
+"""Keep, from a stream of trace events, only what the analysis needs, in compact arrays.
+
+Per file (one rank): the GPU activities (kernels, memory copies and sets) with their start, duration,
+stream, class, name and correlation id; the CPU-side launch calls with their correlation id; the
+``ProfilerStep#N`` annotations; the largest memory allocated. Everything else is dropped as it is
+read, so memory grows with the GPU activities kept, not with the file.
+"""
+
+from __future__ import annotations
+
+import re
+from array import array
+from pathlib import Path
+from typing import Optional
+
+from .reader import TraceReader
+
+GPU_CATEGORIES = {"kernel": "kernel", "Kernel": "kernel", "gpu_memcpy": "memcpy", "Memcpy": "memcpy",
+                  "gpu_memset": "memset", "Memset": "memset"}
+RUNTIME_CATEGORIES = ("cuda_runtime", "cuda_driver", "Runtime", "hip_runtime")
+STEP = re.compile(r"^ProfilerStep#(\d+)")
+# HolisticTraceAnalysis 0.5.0's kernel classes (hta/utils/utils.py get_kernel_type, applied with re.match),
+# so that the temporal breakdown and the overlap compare with its numbers.
+COMMUNICATION = re.compile(r"^nccl.*Kernel")
+MEMORY = re.compile(r"(^Memcpy)|(^Memset)|(^dma)")
+NOT_COMPUTE = re.compile(r"(^nccl.*Kernel)|(.*(Memcpy)|(Memset))|(.*Sync)")
+COMPUTE, COMM, MEM, OTHER = 0, 1, 2, 3
+CLASS_NAMES = ("computation", "communication", "memory", "other")
+_RANK_IN_NAME = re.compile(r"rank[-_]?(\d+)", re.IGNORECASE)
+
+# Collective of a communication kernel, from its name (NCCL >= 2.19 ncclDevKernel_<Coll>_..., older
+# ncclKernel_<Coll>_..., RCCL) or from the "Collective name" argument Kineto adds.
+_COLLECTIVES = (("allreduce", "all_reduce"), ("all_reduce", "all_reduce"), ("reducescatter", "reduce_scatter"),
+                ("reduce_scatter", "reduce_scatter"), ("allgather", "all_gather"), ("all_gather", "all_gather"),
+                ("alltoall", "all_to_all"), ("all_to_all", "all_to_all"), ("sendrecv", "send_recv"),
+                ("send", "send_recv"), ("recv", "send_recv"), ("broadcast", "broadcast"), ("reduce", "reduce"))
+
+
+def kernel_class(name: str) -> int:
+    if COMMUNICATION.match(name):
+        return COMM
+    if MEMORY.match(name):
+        return MEM
+    if not NOT_COMPUTE.match(name):
+        return COMPUTE
+    return OTHER
+
+
+def collective(name: str, args: Optional[dict] = None) -> str:
+    text = ""
+    if args:
+        text = str(args.get("Collective name") or "").lower().replace(" ", "_")
+    for source in (text, name.lower()):
+        flat = source.replace("-", "_")
+        for needle, label in _COLLECTIVES:
+            if needle in flat.replace("_", "") or needle in flat:
+                return label
+    return "other"
+
+
+class RankTrace(object):
+    """What one trace file holds for its rank."""
+
+    def __init__(self, path):
+        self.path = Path(path)
+        self.rank = None
+        self.world_size = None
+        self.metadata = {}
+        self.warnings = []
+        self.truncated = False
+        self.events = 0
+        # GPU activities, one entry each
+        self.ts = array("d")
+        self.dur = array("d")
+        self.stream = array("q")
+        self.cls = array("b")
+        self.name = array("l")  # index into self.names
+        self.corr = array("q")  # -1 when absent
+        self.coll = array("b")  # index into self.collectives (communication only; -1 otherwise)
+        self.names = []
+        self.collectives = []
+        # CPU launch calls: correlation -> (ts, dur)
+        self.launches = {}  # correlation -> (ts, dur, name index, tid)
+        self.launch_names = []
+        self.steps = {}  # step number -> (ts, dur), CPU ProfilerStep annotations
+        self.step_names = set()  # every distinct name holding "ProfilerStep" (CPU or GPU annotation)
+        self.step_starts = []  # ts of every such annotation
+        self.float_ts = False  # any event with a fractional-microsecond timestamp (HTA then rounds)
+        self.nccl_annotations = []  # (tid, ts, end, collective) of CPU "nccl:<collective>" annotations
+        self.peak_allocated = None  # bytes, from [memory] events
+        self.device_memory = None  # bytes, the GPU's total memory from deviceProperties
+        self.gpu_devices = set()
+        self.selected_steps = None  # (first, last) when the caller chose a step range
+
+    @property
+    def kernels(self) -> int:
+        return len(self.ts)
+
+
+def _int_or(value, default: int) -> int:
+    if type(value) is int:
+        return value
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return default
+
+
+def load(path, steps: Optional[tuple] = None) -> RankTrace:
+    """Read one trace file into a ``RankTrace``."""
+    trace = RankTrace(path)
+    reader = TraceReader(path)
+    name_index, coll_index, launch_index = {}, {}, {}
+    ts_a, dur_a, stream_a, cls_a, name_a, corr_a, coll_a = (trace.ts, trace.dur, trace.stream, trace.cls, trace.name,
+                                                           trace.corr, trace.coll)
+    launches, step_map = trace.launches, trace.steps
+    peak = None
+    float_ts = False
+    for chunk in reader:
+        for event in chunk:
+            if type(event) is not dict:
+                continue
+            ts = event.get("ts")
+            if type(ts) is float and not float_ts and ts != int(ts):
+                float_ts = True
+            if event.get("ph") != "X":
+                if event.get("name") == "[memory]":
+                    args = event.get("args") or {}
+                    value = args.get("Total Allocated")
+                    if isinstance(value, (int, float)) and args.get("Device Type", 1) != 0:
+                        peak = value if peak is None or value > peak else peak
+                continue
+            cat = event.get("cat")
+            dur = event.get("dur")
+            if not isinstance(ts, (int, float)) or not isinstance(dur, (int, float)):
+                continue
+            kind = GPU_CATEGORIES.get(cat)
+            if kind is not None:
+                name = str(event.get("name", ""))
+                args = event.get("args") or {}
+                index = name_index.get(name)
+                if index is None:
+                    index = name_index[name] = len(trace.names)
+                    trace.names.append(name)
+                cls = kernel_class(name)
+                ts_a.append(float(ts))
+                dur_a.append(float(dur))
+                stream = args.get("stream")
+                stream_a.append(_int_or(stream, -1) if stream is not None else _int_or(event.get("tid"), -1))
+                cls_a.append(cls)
+                name_a.append(index)
+                corr_a.append(_int_or(args.get("correlation"), -1))
+                if cls == COMM:
+                    label = collective(name, args)
+                    ci = coll_index.get(label)
+                    if ci is None:
+                        ci = coll_index[label] = len(trace.collectives)
+                        trace.collectives.append(label)
+                    coll_a.append(ci)
+                else:
+                    coll_a.append(-1)
+                pid = event.get("pid")
+                if isinstance(pid, int):
+                    trace.gpu_devices.add(pid)
+            elif cat in RUNTIME_CATEGORIES:
+                correlation = (event.get("args") or {}).get("correlation")
+                if type(correlation) is int:
+                    name = str(event.get("name", ""))
+                    li = launch_index.get(name)
+                    if li is None:
+                        li = launch_index[name] = len(trace.launch_names)
+                        trace.launch_names.append(name)
+                    launches[correlation] = (float(ts), float(dur), li, event.get("tid"))
+            elif cat in ("user_annotation", "gpu_user_annotation"):
+                name = str(event.get("name", ""))
+                if "ProfilerStep" in name:
+                    trace.step_names.add(name)
+                    trace.step_starts.append(float(ts))
+                    match = STEP.match(name)
+                    if match and cat == "user_annotation":
+                        step_map[int(match.group(1))] = (float(ts), float(dur))
+                elif cat == "user_annotation" and name.startswith("nccl:"):
+                    trace.nccl_annotations.append((event.get("tid"), float(ts), float(ts) + float(dur),
+                                                   collective(name[5:])))
+    trace.float_ts = float_ts
+    trace.events = reader.events_read
+    trace.metadata = reader.metadata
+    trace.warnings.extend(reader.warnings)
+    trace.truncated = reader.truncated
+    trace.peak_allocated = peak
+    _identify(trace)
+    if steps is not None:
+        first, last = steps
+        trace.selected_steps = (first, last)
+        if not any(first <= n <= last for n in trace.steps):
+            trace.warnings.append("%s: no ProfilerStep#%d..%d in this trace" % (trace.path, first, last))
+    return trace
+
+
+def _identify(trace: RankTrace) -> None:
+    info = trace.metadata.get("distributedInfo")
+    if isinstance(info, dict) and isinstance(info.get("rank"), int):
+        trace.rank = info["rank"]
+        trace.world_size = info.get("world_size") if isinstance(info.get("world_size"), int) else None
+    else:
+        match = _RANK_IN_NAME.search(trace.path.name)
+        trace.rank = int(match.group(1)) if match else 0
+        trace.warnings.append("%s: no distributedInfo; rank %d taken from %s" % (
+            trace.path, trace.rank, "the file name" if match else "nothing (default 0)"))
+    devices = trace.metadata.get("deviceProperties")
+    if isinstance(devices, list) and trace.gpu_devices:
+        device = min(trace.gpu_devices)
+        for prop in devices:
+            if isinstance(prop, dict) and prop.get("id") == device and isinstance(prop.get("totalGlobalMem"), int):
+                trace.device_memory = prop["totalGlobalMem"]
