@@ -374,6 +374,32 @@ def cmd_gate(args) -> int:
     return EXIT_OK if result["verdict"] == "pass" else EXIT_CHECK_FAILED
 
 
+@verb("profile", "analyze torch.profiler traces: step time, GPU time breakdown, exposed communication, bubbles, "
+                 "launch overhead, memory, stragglers, and a ranked diagnosis")
+def cmd_profile(args) -> int:
+    from profile_analyzer import profile as profile_mod
+    steps = _steps(args.steps) if args.steps else None
+    result = profile_mod.run(args.traces, steps, args.recipe)
+    agg = result["aggregate"]
+    lines = ["traces: %d file(s), %d rank(s)%s" % (len(result["files"]), agg["ranks"],
+                                                  " (PARTIAL: a file ended early)" if result["partial"] else "")]
+    for r in result["ranks"]:
+        tb, comm = r["temporal_breakdown"], r["communication"]
+        lines.append("rank %d: idle %s%% compute %s%% non-compute %s%% overlap %s%% exposed comm %.0f us of %.0f us" % (
+            r["rank"], tb["idle_pctg"], tb["compute_pctg"], tb["non_compute_pctg"], comm["overlap_pctg"],
+            comm["exposed_us"], tb["kernel_time_us"]))
+    if agg.get("step_time_us"):
+        lines.append("step_time_us: %s" % ", ".join("#%s %.0f" % item for item in agg["step_time_us"].items()))
+    for item in result["diagnosis"]:
+        lines.append("bottleneck: %s %.1f%% levers %s" % (item["bottleneck"], item["share"] * 100,
+                                                          ",".join(item["levers"])))
+    if not result["diagnosis"]:
+        lines.append("bottleneck: none above %.0f%% of GPU time" % 2)
+    lines += ["warning: %s" % warning for warning in result["warnings"]]
+    _emit(args, result, "\n".join(lines))
+    return EXIT_OK
+
+
 def _steps(text):
     if not text:
         return (1, 20)
@@ -476,6 +502,11 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("--steps", metavar="FIRST:LAST", help="the steps compared (1:20)")
             p.add_argument("--rules", metavar="FILE",
                            help="your overrides of the argument classes (default: the ATTUNE_GATE_RULES setting)")
+        elif name == "profile":
+            p.add_argument("traces", nargs="+", metavar="TRACE", help="trace files (.json or .json.gz), or folders of them")
+            p.add_argument("--steps", metavar="A:B", help="only ProfilerStep#A to #B")
+            p.add_argument("--recipe", metavar="FILE",
+                           help="the run's recipe (RayJob YAML or local.json): parallel layout and micro-batches")
         elif name == "note":
             p.add_argument("text", help="the note")
             p.add_argument("--run", help="the run the note is about")

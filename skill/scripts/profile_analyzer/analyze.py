@@ -203,7 +203,7 @@ def launches(t: Timeline) -> dict:
 
 
 def host_waits(t: Timeline) -> dict:
-    """HTA's idle-time breakdown, summed over streams: a gap on a stream is a host wait when the next
+    """HTA's idle-time breakdown (for comparison; a stream's gap counts even while other streams run), summed over streams: a gap on a stream is a host wait when the next
     activity's launch call started after the previous activity ended (the GPU waited for the CPU), a
     kernel wait when shorter than 30 µs, other otherwise."""
     trace = t.trace
@@ -224,6 +224,31 @@ def host_waits(t: Timeline) -> dict:
         totals["kernel_wait_us"] += float(gap[kernel].sum())
         totals["other_wait_us"] += float(gap[~host & ~kernel].sum())
     return totals
+
+
+def gpu_idle_gaps(t: Timeline) -> dict:
+    """The gaps in which no stream of the GPU runs anything, and how much of that idle time the host
+    caused: a gap counts as host-bound when the activity that ends it was launched (its launch call
+    started) after the gap began, so the GPU had nothing queued."""
+    idx = np.nonzero(t.keep)[0]
+    out = {"gaps": 0, "idle_us": 0.0, "host_bound_gaps": 0, "host_bound_us": 0.0}
+    if idx.size < 2:
+        return out
+    idx = idx[np.argsort(t.start[idx], kind="stable")]
+    start, end = t.start[idx], np.maximum.accumulate(t.end[idx])
+    new = np.zeros(idx.size, dtype=bool)
+    new[1:] = start[1:] > end[:-1]
+    first = np.nonzero(new)[0]  # the activity that ends each gap
+    if not first.size:
+        return out
+    gap_start, gap = end[first - 1], start[first] - end[first - 1]
+    runtime = np.array([t.trace.launches.get(int(c), (np.nan,))[0] if c >= 0 else np.nan for c in t.corr[idx[first]]])
+    if t.rounded:
+        runtime = np.ceil(runtime)
+    host = runtime > gap_start
+    out.update({"gaps": int(first.size), "idle_us": float(gap.sum()), "host_bound_gaps": int(host.sum()),
+                "host_bound_us": float(gap[host].sum())})
+    return out
 
 
 def top_kernels(t: Timeline, n: int = TOP_KERNELS) -> list:
@@ -252,5 +277,6 @@ def rank_summary(trace: RankTrace, step_name_count: int) -> dict:
     return {"rank": trace.rank, "file": str(trace.path), "events": trace.events, "gpu_activities": trace.kernels,
             "window": t.window_rule, "timestamps_rounded": t.rounded,
             "temporal_breakdown": temporal_breakdown(t), "communication": communication(t), "steps": steps(t),
-            "launches": launches(t), "idle_breakdown": host_waits(t), "top_kernels": top_kernels(t),
+            "launches": launches(t), "gpu_idle": gpu_idle_gaps(t), "idle_breakdown": host_waits(t),
+            "top_kernels": top_kernels(t),
             "memory": memory, "truncated": trace.truncated, "warnings": list(trace.warnings)}

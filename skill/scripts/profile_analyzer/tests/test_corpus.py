@@ -1,0 +1,68 @@
+"""Golden tests on every trace of the real-artifact corpus (read in place through ATTUNE_CORPUS_DIR),
+and agreement with HolisticTraceAnalysis 0.5.0: its checked-in numbers always, and HTA itself when
+it is installed (the optional `hta` extra)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+
+import pytest
+from analyzer_paths import DATA, TRACES
+
+_spec = importlib.util.spec_from_file_location("make_expected", DATA / "make_expected.py")
+make_expected = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(make_expected)
+
+FOLDERS = sorted(p.stem for p in (DATA / "expected").glob("*.json"))
+ABSENT = "the real-artifact corpus is absent: no traces at %s (set ATTUNE_CORPUS_DIR)" % TRACES
+TOLERANCE_PP = 1.0
+
+
+def _folder(name):
+    folder = TRACES / name
+    if not folder.is_dir():
+        pytest.skip(ABSENT)
+    return folder
+
+
+def test_every_corpus_trace_has_an_expected_output():
+    if not TRACES.is_dir():
+        pytest.skip(ABSENT)
+    assert sorted(p.name for p in TRACES.iterdir() if p.is_dir()) == FOLDERS
+
+
+@pytest.mark.parametrize("name", FOLDERS)
+def test_golden_output(name):
+    expected = json.loads((DATA / "expected" / (name + ".json")).read_text())
+    assert make_expected.expected_for(_folder(name)) == expected
+
+
+@pytest.mark.parametrize("name", FOLDERS)
+def test_agrees_with_hta_within_one_point(name):
+    ours = make_expected.expected_for(_folder(name))
+    hta = json.loads((DATA / "hta_golden" / (name + ".json")).read_text())
+    for rank in ours["ranks"]:
+        theirs = hta["ranks"][str(rank["rank"])]
+        tb = rank["temporal_breakdown"]
+        for key in ("idle", "compute", "non_compute"):
+            assert abs(tb[key + "_pctg"] - theirs["temporal_breakdown"][key + "_time_pctg"]) <= TOLERANCE_PP
+        if theirs["comm_comp_overlap_pctg"] is None:
+            assert rank["communication"]["overlap_pctg"] is None
+        else:
+            assert abs(rank["communication"]["overlap_pctg"] - theirs["comm_comp_overlap_pctg"]) <= TOLERANCE_PP
+
+
+@pytest.mark.parametrize("name", FOLDERS)
+def test_agrees_with_hta_run_live(name):
+    pytest.importorskip("hta", reason="HolisticTraceAnalysis is not installed (pip install -e '.[hta]')")
+    from hta.trace_analysis import TraceAnalysis
+
+    folder = _folder(name)
+    analysis = TraceAnalysis(trace_dir=str(folder))
+    breakdown = analysis.get_temporal_breakdown(visualize=False).set_index("rank")
+    ours = make_expected.expected_for(folder)
+    for rank in ours["ranks"]:
+        row = breakdown.loc[rank["rank"]]
+        assert abs(rank["temporal_breakdown"]["idle_pctg"] - float(row["idle_time_pctg"])) <= TOLERANCE_PP
+        assert abs(rank["temporal_breakdown"]["compute_pctg"] - float(row["compute_time_pctg"])) <= TOLERANCE_PP
