@@ -46,15 +46,24 @@ class Timeline(object):
         self.coll = np.frombuffer(trace.coll, dtype=np.int8) if len(trace.coll) else np.zeros(0, np.int8)
         self.name = np.frombuffer(trace.name, dtype=np.int64) if len(trace.name) else np.zeros(0, np.int64)
         self.trace = trace
+        launches = trace.launches
+        self.launch = launches.find(self.corr)  # index of each activity's launch call, -1 when none
+        found = self.launch >= 0
+        self.launch_ts = np.where(found, launches.column("ts")[np.clip(self.launch, 0, None)], np.nan) \
+            if self.launch.size else np.zeros(0)
+        self.launch_dur = np.where(found, launches.column("dur")[np.clip(self.launch, 0, None)], np.nan) \
+            if self.launch.size else np.zeros(0)
+        self.launch_name = np.where(found, launches.column("name")[np.clip(self.launch, 0, None)], -1) \
+            if self.launch.size else np.zeros(0, np.int64)
+        self.launch_ts_rounded = np.ceil(self.launch_ts) if self.rounded else self.launch_ts
         self.window_rule = "every GPU activity (fewer than two ProfilerStep names in the trace set)"
         keep = self.stream != -1
         if step_name_count >= 2 and trace.step_starts:
             last_start = max(trace.step_starts)
             if self.rounded:
                 last_start = math.ceil(last_start)
-            kept = [c for c, (t, _d, _n, _tid) in trace.launches.items()
-                    if (math.ceil(t) if self.rounded else t) < last_start]
-            keep &= (self.corr >= 0) & np.isin(self.corr, np.asarray(kept, dtype=np.int64))
+            with np.errstate(invalid="ignore"):
+                keep &= (self.corr >= 0) & (self.launch_ts_rounded < last_start)
             self.window_rule = "GPU activity launched before the last ProfilerStep starts (as HTA)"
         self.keep = keep
         self.launch_step = self._launch_steps()
@@ -69,9 +78,7 @@ class Timeline(object):
         out = np.full(self.start.size, -1, dtype=np.int64)
         if not steps or not self.start.size:
             return out
-        launch_ts = np.array([self.trace.launches.get(int(c), (np.nan,))[0] if c >= 0 else np.nan
-                              for c in self.corr], dtype=float)
-        when = np.where(np.isnan(launch_ts), np.frombuffer(self.trace.ts, dtype=float), launch_ts)
+        when = np.where(np.isnan(self.launch_ts), np.frombuffer(self.trace.ts, dtype=float), self.launch_ts)
         starts = np.array([span[0] for _n, span in steps])
         ends = np.array([span[0] + span[1] for _n, span in steps])
         numbers = np.array([n for n, _span in steps])
@@ -139,15 +146,17 @@ def relabel_all_to_all(trace: RankTrace) -> None:
     if not spans:
         return
     starts = np.array([s for s, _e, _t in spans])
-    for i in range(len(trace.coll)):
-        if trace.coll[i] != send_recv or trace.corr[i] < 0:
+    coll = np.frombuffer(trace.coll, dtype=np.int8)
+    candidates = np.nonzero(coll == send_recv)[0]
+    index = trace.launches.find(np.frombuffer(trace.corr, dtype=np.int64)[candidates])
+    l_ts, l_tid = trace.launches.column("ts"), trace.launches.column("tid")
+    for i, li in zip(candidates, index):
+        if li < 0:
             continue
-        launch = trace.launches.get(trace.corr[i])
-        if launch is None:
-            continue
-        j = int(np.searchsorted(starts, launch[0], side="right")) - 1
-        while j >= 0 and spans[j][0] <= launch[0]:
-            if launch[0] <= spans[j][1] and (spans[j][2] == launch[3] or spans[j][2] is None):
+        when, tid = l_ts[li], l_tid[li]
+        j = int(np.searchsorted(starts, when, side="right")) - 1
+        while j >= 0:
+            if when <= spans[j][1] and spans[j][2] in (tid, -1):
                 trace.coll[i] = a2a
                 break
             j -= 1
@@ -177,20 +186,15 @@ def steps(t: Timeline) -> list:
 def launches(t: Timeline) -> dict:
     """CPU launch call against GPU activity, by correlation id: launch delay and short kernels."""
     trace = t.trace
-    names = {i for i, n in enumerate(trace.launch_names) if n in LAUNCHES}
-    cpu_ts, cpu_dur, gpu_dur, gpu_start = [], [], [], []
-    for i in np.nonzero(t.keep & (t.corr >= 0))[0]:
-        launch = trace.launches.get(int(t.corr[i]))
-        if launch is None or launch[2] not in names:
-            continue
-        cpu_ts.append(launch[0])
-        cpu_dur.append(launch[1])
-        gpu_start.append(trace.ts[i])
-        gpu_dur.append(trace.dur[i])
-    if not cpu_ts:
+    names = np.array([n in LAUNCHES for n in trace.launches.names] + [False], dtype=bool)
+    sel = t.keep & (t.launch >= 0)
+    sel &= names[np.where(t.launch_name >= 0, t.launch_name, len(names) - 1)]
+    if not sel.any():
         return {"matched": 0}
-    cpu_ts, cpu_dur = np.array(cpu_ts), np.array(cpu_dur)
-    gpu_start, gpu_dur = np.array(gpu_start), np.array(gpu_dur)
+    cpu_ts, cpu_dur = t.launch_ts[sel], t.launch_dur[sel]
+    raw_ts = np.frombuffer(trace.ts, dtype=float)
+    raw_dur = np.frombuffer(trace.dur, dtype=float)
+    gpu_start, gpu_dur = raw_ts[sel], raw_dur[sel]
     delay = np.maximum(0.0, gpu_start - cpu_ts - cpu_dur)
     short = (cpu_dur <= SHORT_KERNEL_RUNTIME_US) & (gpu_dur < cpu_dur)
     q = np.percentile(delay, [50, 90, 99])
@@ -203,10 +207,10 @@ def launches(t: Timeline) -> dict:
 
 
 def host_waits(t: Timeline) -> dict:
-    """HTA's idle-time breakdown (for comparison; a stream's gap counts even while other streams run), summed over streams: a gap on a stream is a host wait when the next
-    activity's launch call started after the previous activity ended (the GPU waited for the CPU), a
-    kernel wait when shorter than 30 µs, other otherwise."""
-    trace = t.trace
+    """HTA's idle-time breakdown, summed over streams (for comparison: a stream's gap counts even
+    while other streams run; ``gpu_idle_gaps`` is the GPU-wide view): a gap on a stream is a host wait
+    when the next activity's launch call started after the previous activity ended (the GPU waited
+    for the CPU), a kernel wait when shorter than 30 µs, other otherwise."""
     totals = {"host_wait_us": 0.0, "kernel_wait_us": 0.0, "other_wait_us": 0.0}
     for stream in np.unique(t.stream[t.keep]):
         idx = np.nonzero(t.keep & (t.stream == stream))[0]
@@ -215,10 +219,9 @@ def host_waits(t: Timeline) -> dict:
             continue
         prev_end = t.end[idx[:-1]]
         gap = t.start[idx[1:]] - prev_end
-        runtime = np.array([trace.launches.get(int(c), (np.nan,))[0] if c >= 0 else np.nan for c in t.corr[idx[1:]]])
-        if t.rounded:
-            runtime = np.ceil(runtime)
-        host = runtime > prev_end
+        runtime = t.launch_ts_rounded[idx[1:]]
+        with np.errstate(invalid="ignore"):
+            host = runtime > prev_end
         kernel = ~host & (gap < KERNEL_WAIT_US)
         totals["host_wait_us"] += float(gap[host].sum())
         totals["kernel_wait_us"] += float(gap[kernel].sum())
@@ -242,10 +245,9 @@ def gpu_idle_gaps(t: Timeline) -> dict:
     if not first.size:
         return out
     gap_start, gap = end[first - 1], start[first] - end[first - 1]
-    runtime = np.array([t.trace.launches.get(int(c), (np.nan,))[0] if c >= 0 else np.nan for c in t.corr[idx[first]]])
-    if t.rounded:
-        runtime = np.ceil(runtime)
-    host = runtime > gap_start
+    runtime = t.launch_ts_rounded[idx[first]]
+    with np.errstate(invalid="ignore"):
+        host = runtime > gap_start
     out.update({"gaps": int(first.size), "idle_us": float(gap.sum()), "host_bound_gaps": int(host.sum()),
                 "host_bound_us": float(gap[host].sum())})
     return out

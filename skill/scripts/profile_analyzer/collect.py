@@ -58,6 +58,53 @@ def collective(name: str, args: Optional[dict] = None) -> str:
     return "other"
 
 
+_LAUNCH_CALL = re.compile(r"Launch|Memcpy|Memset|runFunction")
+
+
+class Launches(object):
+    """The CPU calls that launch GPU work (launch, copy and set calls), by correlation id, in arrays."""
+
+    def __init__(self):
+        self.corr, self.ts, self.dur = array("q"), array("d"), array("d")
+        self.name, self.tid = array("l"), array("q")
+        self.names = []
+        self._frozen = None
+
+    def __len__(self) -> int:
+        return len(self.corr)
+
+    def freeze(self) -> None:
+        """Sort by correlation id (the last of a repeated id wins) for vectorized lookups."""
+        import numpy as np
+
+        corr = np.frombuffer(self.corr, dtype=np.int64) if len(self.corr) else np.zeros(0, np.int64)
+        order = np.argsort(corr, kind="stable")
+        self._frozen = {"corr": corr[order], "ts": (np.frombuffer(self.ts, dtype=float) if len(self.ts)
+                                                     else np.zeros(0))[order],
+                        "dur": (np.frombuffer(self.dur, dtype=float) if len(self.dur) else np.zeros(0))[order],
+                        "name": (np.frombuffer(self.name, dtype=np.int64) if len(self.name)
+                                 else np.zeros(0, np.int64))[order],
+                        "tid": (np.frombuffer(self.tid, dtype=np.int64) if len(self.tid)
+                                else np.zeros(0, np.int64))[order]}
+
+    def column(self, key: str):
+        if self._frozen is None:
+            self.freeze()
+        return self._frozen[key]
+
+    def find(self, corrs):
+        """Index (into the columns) of each correlation id's launch call, -1 where there is none."""
+        import numpy as np
+
+        sorted_corr = self.column("corr")
+        corrs = np.asarray(corrs, dtype=np.int64)
+        if not sorted_corr.size:
+            return np.full(corrs.shape, -1, dtype=np.int64)
+        pos = np.searchsorted(sorted_corr, corrs, side="right") - 1
+        ok = (pos >= 0) & (sorted_corr[np.clip(pos, 0, None)] == corrs) & (corrs >= 0)
+        return np.where(ok, pos, -1)
+
+
 class RankTrace(object):
     """What one trace file holds for its rank."""
 
@@ -80,8 +127,7 @@ class RankTrace(object):
         self.names = []
         self.collectives = []
         # CPU launch calls: correlation -> (ts, dur)
-        self.launches = {}  # correlation -> (ts, dur, name index, tid)
-        self.launch_names = []
+        self.launches = Launches()
         self.steps = {}  # step number -> (ts, dur), CPU ProfilerStep annotations
         self.step_names = set()  # every distinct name holding "ProfilerStep" (CPU or GPU annotation)
         self.step_starts = []  # ts of every such annotation
@@ -111,9 +157,11 @@ def load(path, steps: Optional[tuple] = None) -> RankTrace:
     trace = RankTrace(path)
     reader = TraceReader(path)
     name_index, coll_index, launch_index = {}, {}, {}
+    l_corr, l_ts, l_dur, l_name, l_tid = (trace.launches.corr, trace.launches.ts, trace.launches.dur,
+                                          trace.launches.name, trace.launches.tid)
     ts_a, dur_a, stream_a, cls_a, name_a, corr_a, coll_a = (trace.ts, trace.dur, trace.stream, trace.cls, trace.name,
                                                            trace.corr, trace.coll)
-    launches, step_map = trace.launches, trace.steps
+    step_map = trace.steps
     peak = None
     float_ts = False
     for chunk in reader:
@@ -164,13 +212,18 @@ def load(path, steps: Optional[tuple] = None) -> RankTrace:
                     trace.gpu_devices.add(pid)
             elif cat in RUNTIME_CATEGORIES:
                 correlation = (event.get("args") or {}).get("correlation")
-                if type(correlation) is int:
-                    name = str(event.get("name", ""))
+                name = event.get("name", "")
+                if type(correlation) is int and _LAUNCH_CALL.search(name):
                     li = launch_index.get(name)
                     if li is None:
-                        li = launch_index[name] = len(trace.launch_names)
-                        trace.launch_names.append(name)
-                    launches[correlation] = (float(ts), float(dur), li, event.get("tid"))
+                        li = launch_index[name] = len(trace.launches.names)
+                        trace.launches.names.append(name)
+                    l_corr.append(correlation)
+                    l_ts.append(float(ts))
+                    l_dur.append(float(dur))
+                    l_name.append(li)
+                    tid = event.get("tid")
+                    l_tid.append(tid if type(tid) is int else -1)
             elif cat in ("user_annotation", "gpu_user_annotation"):
                 name = str(event.get("name", ""))
                 if "ProfilerStep" in name:
@@ -180,7 +233,8 @@ def load(path, steps: Optional[tuple] = None) -> RankTrace:
                     if match and cat == "user_annotation":
                         step_map[int(match.group(1))] = (float(ts), float(dur))
                 elif cat == "user_annotation" and name.startswith("nccl:"):
-                    trace.nccl_annotations.append((event.get("tid"), float(ts), float(ts) + float(dur),
+                    tid = event.get("tid")
+                    trace.nccl_annotations.append((tid if type(tid) is int else -1, float(ts), float(ts) + float(dur),
                                                    collective(name[5:])))
     trace.float_ts = float_ts
     trace.events = reader.events_read

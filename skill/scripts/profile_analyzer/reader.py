@@ -25,7 +25,7 @@ try:
 except ImportError:  # pragma: no cover - exercised where orjson is not installed
     _fast_loads = json.loads
 
-CHUNK_CHARS = 8 << 20
+CHUNK_CHARS = 2 << 20
 _KEY = '"traceEvents"'
 _SPACE = re.compile(r"[\s,]*")
 _EVENT_END = "\n  }"  # Kineto: an event's closing brace, indented by two spaces, alone on its line
