@@ -1,7 +1,7 @@
 """Per-rank and aggregated numbers from collected traces (``collect.RankTrace``).
 
 The temporal breakdown and the communication/computation overlap follow HolisticTraceAnalysis
-0.5.0 exactly (README.md §HTA), so the two can be compared: the same kernel classes, the same
+0.5.0 exactly (README.md, "What it computes"), so the two can be compared: the same kernel classes, the same
 window (GPU work launched before the last ``ProfilerStep`` starts, when the trace has two or more),
 the same rounding of fractional-microsecond timestamps, the same percentages of the span from the
 first kept GPU activity to the last. Everything else (per-step numbers, exposed time per
