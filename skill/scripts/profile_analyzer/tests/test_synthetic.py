@@ -108,3 +108,13 @@ def test_hip_and_older_nccl_names(tmp_path):
     assert rank["rank"] == 5 and any("no distributedInfo; rank 5 taken from the file name" in w for w in r["warnings"])
     assert rank["communication"]["by_collective"]["all_reduce"]["exposed_us"] == 90.0
     assert rank["launches"]["matched"] == 2  # HIP launch calls are matched too (HTA matches CUDA names only)
+
+
+def test_fractional_timestamps_are_rounded_as_hta_rounds_them(tmp_path):
+    """Any fractional-microsecond timestamp makes HTA round every event: start up, end down."""
+    t = planted(offset=0.25)
+    r = profile.run([t.write(tmp_path / "r.json")])["ranks"][0]
+    assert r["timestamps_rounded"] is True
+    tb = r["temporal_breakdown"]
+    assert tb["kernel_time_us"] == 1602.0 - 101.0  # ceil(100.25) to floor(1602.25)
+    assert tb["compute_time_us"] == 852.0 - 4.0  # each of the four computation kernels loses its first microsecond
