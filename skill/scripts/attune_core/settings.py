@@ -25,8 +25,10 @@ from typing import Mapping, Optional
 from .errors import SettingsError
 
 PREFIXES = ("ATTUNE_", "AUTOTUNE_")
-# Variables with these prefixes that are not settings (they select where a command works).
-NOT_SETTINGS = ("ATTUNE_CAMPAIGN_DIR", "ATTUNE_CORPUS_DIR")
+# Variables with these prefixes that are not settings: where a command works (campaign, test corpus),
+# and what the launcher passes to the agent it starts or uses to start it.
+NOT_SETTINGS = ("ATTUNE_CAMPAIGN_DIR", "ATTUNE_CORPUS_DIR", "ATTUNE_PYTHON", "ATTUNE_CLAUDE_BIN", "ATTUNE_SESSION_ID",
+                "ATTUNE_PROMPT_FILE")
 TRAIN_ITERS = 20  # the fixed-shape workload: 20 iterations (measurement.md §2)
 
 _PREFIX_RE = re.compile(r"^[a-z][a-z0-9-]{0,30}-$")

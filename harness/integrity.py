@@ -1,0 +1,879 @@
+#!/usr/bin/env python3
+"""The campaign integrity check: record what must not change, and verify that nothing did.
+
+    integrity.py record   <campaign_dir> [--session]
+    integrity.py verify   <campaign_dir> [--session] [--write-violation] [--json]
+    integrity.py reprompt <campaign_dir>
+    integrity.py live-runs <campaign_dir>
+
+Exit codes: 0 ok, 3 integrity violation (or a record refused because the chained logs are already
+broken), 2 usage.
+
+``record`` writes ``.attune/integrity.json`` (atomically):
+
+* every *static* protected file: everything under ``.attune/skill/`` and ``.attune/harness/`` (folders
+  too, so an added or deleted file is caught), ``.attune/settings.env``, the hooks' settings file
+  ``.attune/claude_settings.json`` and the skill link ``.claude/skills/attune``: per path its type
+  (file, dir, symlink), SHA-256, size and mode bits, and a symlink's target (never followed).
+  Python's bytecode caches (``__pycache__``) are not recorded: ``verify`` accepts a cache file only
+  when its code equals the recorded, unchanged source compiled by the verifying interpreter (a
+  forged ``.pyc`` would run in place of its source); caches for another interpreter are refused, so
+  run the agent's Python with ``PYTHONDONTWRITEBYTECODE=1`` where versions differ;
+* per append-only file (``ledger.jsonl``, ``gpu_hours.jsonl``, ``levers.md``) the recorded prefix: its
+  byte length and SHA-256 (for the chained logs only complete rows), plus for the chained logs the
+  row count, the last row's SHA-256 and the campaign id;
+* the prompts (``goal_prompt.txt``, ``resume_prompt.txt``); they are enforced only when the record was
+  taken with ``--session`` (a session runs), and ``reprompt`` re-records them between sessions with a
+  ledger row that names the old and new hashes.
+
+``verify`` returns the list of problems, each a dict ``what`` (the campaign-relative path), ``expected``,
+``found``, ``rule`` and ``message``. Rules: ``changed``, ``mode``, ``symlink``, ``type``, ``deleted``,
+``added`` (static files, and bytecode caches that do not match their source); ``truncated``, ``prefix``, ``chain`` (append-only files); ``session_prompt``
+(a prompt changed while a session ran: checked when the record was taken with ``--session`` and
+no session ``end`` row was appended since, or when ``verify --session`` asks); ``record`` (no usable integrity record);
+``violation_removed`` (the ledger records a violation but its file is gone).
+
+Standard library only and Python 3.7 syntax: the Stop hook imports this module. ``attune_core``
+(the chained-log reader and the row schema) is imported from the campaign's read-only skill copy
+``<campaign>/.attune/skill/scripts`` when present, else from ``../skill/scripts`` beside this file;
+the static files are hashed first, and a skill copy that fails that check is not imported.
+"""
+
+from __future__ import print_function
+
+import argparse
+import datetime
+import errno
+import hashlib
+import importlib.util
+import json
+import marshal
+import os
+import re
+import stat
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+if os.path.join(HERE, "hooks") not in sys.path:
+    sys.path.insert(0, os.path.join(HERE, "hooks"))
+
+_saved_flag = sys.dont_write_bytecode
+sys.dont_write_bytecode = True  # never leave a bytecode cache in a protected tree
+try:
+    import campaign_files  # noqa: E402
+finally:
+    sys.dont_write_bytecode = _saved_flag
+
+_sha256 = hashlib.sha256  # bound before any campaign code is imported
+
+SCHEMA_VERSION = 1
+EXIT_OK, EXIT_USAGE, EXIT_INTEGRITY = 0, 2, 3
+
+INTEGRITY = campaign_files.INTEGRITY
+VIOLATION = campaign_files.VIOLATION
+APPEND_ONLY = tuple(campaign_files.APPEND_ONLY)
+SESSION_PROTECTED = tuple(campaign_files.SESSION_PROTECTED)
+HEADS = tuple(campaign_files.HEADS)
+LEDGER = "ledger.jsonl"
+GPU_HOURS = "gpu_hours.jsonl"
+CHAIN_LOGS = (LEDGER, GPU_HOURS)
+SKILL_TREE = campaign_files.STATE + "/skill"
+HARNESS_TREE = campaign_files.STATE + "/harness"
+# The static protected roots: trees are walked (symlinks recorded, never followed).
+STATIC_ROOTS = (SKILL_TREE, HARNESS_TREE, campaign_files.SETTINGS,
+                campaign_files.STATE + "/claude_settings.json", ".claude/skills/attune")
+MISSING = {"type": "missing"}
+_CHUNK = 1 << 20
+
+
+class RecordError(Exception):
+    """The campaign cannot be recorded as it is (its chained logs are already broken)."""
+
+
+# ---------------------------------------------------------------------------------- helpers
+def _now():
+    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _join(directory, rel):
+    return os.path.join(directory, *rel.split("/"))
+
+
+def _hash_file(path):
+    digest = _sha256()
+    with open(path, "rb") as handle:
+        while True:
+            block = handle.read(_CHUNK)
+            if not block:
+                break
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _mode(st):
+    return "%04o" % stat.S_IMODE(st.st_mode)
+
+
+def _entry(path):
+    """What is at ``path`` (never following a symlink): a dict, or None when nothing is there."""
+    try:
+        st = os.lstat(path)
+    except OSError as exc:
+        if exc.errno in (errno.ENOENT, errno.ENOTDIR):
+            return None
+        return {"type": "error", "error": str(exc)}
+    if stat.S_ISLNK(st.st_mode):
+        try:
+            target = os.readlink(path)
+        except OSError as exc:
+            target = "unreadable: %s" % exc
+        return {"type": "symlink", "target": target}
+    if stat.S_ISDIR(st.st_mode):
+        return {"type": "dir", "mode": _mode(st)}
+    if stat.S_ISREG(st.st_mode):
+        out = {"type": "file", "size": st.st_size, "mode": _mode(st)}
+        try:
+            out["sha256"] = _hash_file(path)
+        except (IOError, OSError) as exc:
+            out["sha256"] = None
+            out["error"] = "unreadable: %s" % exc
+        return out
+    return {"type": "other", "mode": _mode(st)}
+
+
+def _scan(directory, rel, out, caches):
+    """Record ``rel`` and, for a real folder, everything under it into ``out`` (rel path -> entry).
+    A folder's ``__pycache__`` is not recorded: its path goes to ``caches`` (checked by content)."""
+    entry = _entry(_join(directory, rel))
+    out[rel] = entry if entry is not None else dict(MISSING)
+    if entry is None or entry["type"] != "dir":
+        return
+    try:
+        names = sorted(os.listdir(_join(directory, rel)))
+    except OSError as exc:
+        entry["error"] = "unlistable: %s" % exc
+        return
+    for name in names:
+        if name == CACHE_DIR:
+            caches.append(rel + "/" + name)
+            continue
+        _scan(directory, rel + "/" + name, out, caches)
+
+
+def _static_snapshot(directory, roots=STATIC_ROOTS, caches=None):
+    out = {}
+    caches = [] if caches is None else caches
+    for root in roots:
+        _scan(directory, root, out, caches)
+    return out
+
+
+# Python writes ``__pycache__/<module>.<tag>[.opt-N].pyc`` beside a module it imports, unless told
+# not to (PYTHONDONTWRITEBYTECODE=1) or unable to (a read-only folder, unless it runs as root). Such
+# a file runs in place of its source, so it is accepted only when its code equals the recorded
+# source compiled by this interpreter; anything else in a ``__pycache__`` is a problem.
+CACHE_DIR = "__pycache__"
+_PYC_RE = re.compile(r"\A(?P<stem>[A-Za-z_][A-Za-z0-9_]*)\.(?P<tag>[A-Za-z0-9_-]+)(?:\.opt-(?P<opt>[12]))?\.pyc\Z")
+
+
+def _cache_problem(campaign_dir, rel, recorded, found_static):
+    """None when ``rel`` (a file in a ``__pycache__``) is Python's own compilation of its recorded,
+    unchanged source for this interpreter; else the reason it is refused."""
+    folder, name = rel.rsplit("/", 1)
+    parent = folder.rsplit("/", 1)[0]
+    match = _PYC_RE.match(name)
+    if match is None:
+        return "not a bytecode cache file name (<module>.<tag>.pyc)"
+    source = "%s/%s.py" % (parent, match.group("stem"))
+    expected = recorded.get(source)
+    if not isinstance(expected, dict) or expected.get("type") != "file":
+        return "no recorded source %s for it" % source
+    if found_static.get(source) != expected:
+        return "its source %s changed" % source
+    tag = getattr(sys.implementation, "cache_tag", None)
+    if match.group("tag") != tag:
+        return ("compiled for %s, which this check (running on %s) cannot compare with its source; run Python "
+                "with PYTHONDONTWRITEBYTECODE=1" % (match.group("tag"), tag))
+    entry = _entry(_join(campaign_dir, rel))
+    if entry is None or entry["type"] != "file":
+        return "%s, not a file" % _describe(entry)
+    try:
+        data = _read_bytes(_join(campaign_dir, rel))
+        source_bytes = _read_bytes(_join(campaign_dir, source))
+    except (IOError, OSError) as exc:
+        return "unreadable: %s" % exc
+    if data[:4] != importlib.util.MAGIC_NUMBER or len(data) < 16:
+        return "not a bytecode file of this interpreter (magic number differs)"
+    if _sha256(source_bytes).hexdigest() != expected.get("sha256"):
+        return "its source %s changed" % source
+    try:
+        cached = marshal.loads(data[16:])
+        fresh = compile(source_bytes, _join(campaign_dir, source), "exec", dont_inherit=True,
+                        optimize=int(match.group("opt") or 0))
+    except Exception as exc:
+        return "cannot be compared with its source: %s" % exc
+    if cached != fresh:
+        return "its code differs from its source %s compiled here" % source
+    return None
+
+
+def _verify_caches(campaign_dir, caches, recorded, found_static):
+    problems = []
+    for rel in caches:
+        entry = _entry(_join(campaign_dir, rel))
+        if entry is None:
+            continue
+        if entry["type"] != "dir":
+            problems.append(_problem(rel, "symlink" if entry["type"] == "symlink" else "type", "a bytecode cache folder",
+                                     _describe(entry), "%s: a %s where Python keeps its bytecode cache" % (rel, _describe(entry))))
+            continue
+        try:
+            names = sorted(os.listdir(_join(campaign_dir, rel)))
+        except OSError as exc:
+            problems.append(_problem(rel, "added", "missing", "unlistable: %s" % exc,
+                                     "%s: a bytecode cache folder that cannot be listed: %s" % (rel, exc)))
+            continue
+        for name in names:
+            path = rel + "/" + name
+            reason = _cache_problem(campaign_dir, path, recorded, found_static)
+            if reason is not None:
+                problems.append(_problem(path, "added", "missing or Python's compilation of the recorded source",
+                                         _describe(_entry(_join(campaign_dir, path))),
+                                         "%s: file added to a protected tree: %s (a forged .pyc runs in place of its "
+                                         "source)" % (path, reason)))
+    return problems
+
+
+def _prompt_snapshot(directory):
+    out = {}
+    for name in SESSION_PROTECTED:
+        entry = _entry(_join(directory, name))
+        out[name] = entry if entry is not None else dict(MISSING)
+    return out
+
+
+def _describe(entry):
+    if entry is None or entry.get("type") == "missing":
+        return "missing"
+    kind = entry.get("type")
+    if kind == "file":
+        return "file sha256=%s size=%s mode=%s" % (entry.get("sha256"), entry.get("size"), entry.get("mode"))
+    if kind == "symlink":
+        return "symlink -> %s" % entry.get("target")
+    if kind == "dir":
+        return "directory mode=%s" % entry.get("mode")
+    return "%s %s" % (kind, entry.get("error") or "mode=%s" % entry.get("mode"))
+
+
+def _short(digest):
+    return (digest or "none")[:12]
+
+
+def _problem(what, rule, expected, found, message):
+    return {"what": what, "expected": expected, "found": found, "rule": rule, "message": message}
+
+
+def _atomic_write_json(path, data):
+    directory = os.path.dirname(path)
+    tmp = "%s.tmp-%d" % (path, os.getpid())
+    with open(tmp, "w", encoding="utf-8") as handle:
+        json.dump(data, handle, indent=1, sort_keys=True, default=str)
+        handle.write("\n")
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(tmp, path)
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def _read_bytes(path):
+    with open(path, "rb") as handle:
+        return handle.read()
+
+
+# ------------------------------------------------------------------------ attune_core import
+def _core(campaign_dir, trust_campaign=True):
+    """``(chainlog, schema)`` modules of attune_core: an already imported copy, else the campaign's
+    read-only skill copy (unless ``trust_campaign`` is False), else the one beside this file."""
+    if "attune_core.chainlog" not in sys.modules or "attune_core.schema" not in sys.modules:
+        candidates = []
+        if trust_campaign:
+            candidates.append(_join(campaign_dir, SKILL_TREE + "/scripts"))
+        candidates.append(os.path.normpath(os.path.join(HERE, "..", "skill", "scripts")))
+        for candidate in candidates:
+            if os.path.isfile(os.path.join(candidate, "attune_core", "chainlog.py")):
+                if candidate not in sys.path:
+                    sys.path.insert(0, candidate)
+                break
+    saved = sys.dont_write_bytecode
+    sys.dont_write_bytecode = True
+    try:
+        from attune_core import chainlog, schema
+    finally:
+        sys.dont_write_bytecode = saved
+    return chainlog, schema
+
+
+def _chain(campaign_dir, name, trust_campaign=True):
+    chainlog, schema = _core(campaign_dir, trust_campaign)
+    path = _join(campaign_dir, name)
+    if name == LEDGER:
+        return chainlog.ChainLog(path, schema.validate_ledger_row)
+    return chainlog.ChainLog(path, schema.validate_gpu_hour_row)
+
+
+# ------------------------------------------------------------------------------------ record
+def _append_only_record(campaign_dir, name):
+    path = _join(campaign_dir, name)
+    entry = _entry(path)
+    if entry is None:
+        return {"present": False}
+    if entry["type"] != "file":
+        raise RecordError("%s is %s, not a regular file; an append-only file must be a plain file"
+                          % (name, _describe(entry)))
+    data = _read_bytes(path)
+    out = {"present": True, "mode": entry["mode"]}
+    if name in CHAIN_LOGS:
+        report = _chain(campaign_dir, name).verify(data)
+        if not report.ok:
+            raise RecordError("refusing to record %s: its chain is already broken (%s)" % (name, report.summary()))
+        end = data.rfind(b"\n") + 1  # complete rows only: a torn tail is moved aside by the next append
+        prefix = data[:end]
+        lines = prefix.split(b"\n")[:-1]
+        out.update({
+            "length": end,
+            "sha256": _sha256(prefix).hexdigest(),
+            "rows": len(lines),
+            "last_row_sha256": _sha256(lines[-1]).hexdigest() if lines else None,
+            "campaign": report.parsed[0]["campaign"] if report.parsed else None,
+            "torn_tail_bytes": len(data) - end,
+        })
+    else:
+        out.update({"length": len(data), "sha256": _sha256(data).hexdigest()})
+    return out
+
+
+def record(campaign_dir, session=False):
+    """Write ``.attune/integrity.json`` for the campaign as it is now; return the record.
+
+    ``session=True`` while an agent session runs: the prompts are enforced too. Raises
+    ``RecordError`` when a chained log is already broken (recording it would launder the damage)."""
+    campaign_dir = os.fspath(campaign_dir)
+    data = {
+        "schema_version": SCHEMA_VERSION,
+        "recorded_at": _now(),
+        "session": bool(session),
+        "static_roots": list(STATIC_ROOTS),
+        "static": _static_snapshot(campaign_dir),
+        "append_only": dict((name, _append_only_record(campaign_dir, name)) for name in APPEND_ONLY),
+        "prompts": _prompt_snapshot(campaign_dir),
+        "prompts_recorded_at": None,
+    }
+    data["prompts_recorded_at"] = data["recorded_at"]
+    state = _join(campaign_dir, campaign_files.STATE)
+    if not os.path.isdir(state):
+        os.makedirs(state)
+    _atomic_write_json(_join(campaign_dir, INTEGRITY), data)
+    return data
+
+
+def load_record(campaign_dir):
+    """The integrity record as a dict; raises ``ValueError`` (with the reason) when unusable."""
+    path = _join(os.fspath(campaign_dir), INTEGRITY)
+    try:
+        with open(path, "r", encoding="utf-8") as handle:
+            data = json.load(handle)
+    except (IOError, OSError) as exc:
+        if getattr(exc, "errno", None) == errno.ENOENT:
+            raise ValueError("there is no integrity record (%s)" % INTEGRITY)
+        raise ValueError("the integrity record cannot be read: %s" % exc)
+    except ValueError as exc:
+        raise ValueError("the integrity record is not valid JSON: %s" % exc)
+    if not isinstance(data, dict) or data.get("schema_version") != SCHEMA_VERSION:
+        raise ValueError("the integrity record has no schema_version %d" % SCHEMA_VERSION)
+    for key in ("static", "append_only", "prompts"):
+        if not isinstance(data.get(key), dict):
+            raise ValueError("the integrity record has no %r section" % key)
+    return data
+
+
+# ------------------------------------------------------------------------------------ verify
+def _compare(what, expected, found, rule_override=None, check_mode=True):
+    """Problems between a recorded entry and what is there now (both dicts; MISSING for absent)."""
+    out = []
+    exp_type = expected.get("type")
+    found_type = found.get("type")
+
+    def add(rule, message, exp=None, fnd=None):
+        out.append(_problem(what, rule_override or rule, exp if exp is not None else _describe(expected),
+                            fnd if fnd is not None else _describe(found), message))
+
+    if found_type == "missing":
+        if exp_type != "missing":
+            add("deleted", "%s: protected %s was deleted" % (what, "folder" if exp_type == "dir" else "file"))
+        return out
+    if exp_type == "missing":
+        add("added", "%s: %s added to a protected tree where the record has nothing" % (
+            what, "folder" if found_type == "dir" else found_type))
+        return out
+    if found_type != exp_type:
+        if found_type == "symlink":
+            add("symlink", "%s: protected %s replaced by a symlink to %s" % (what, exp_type, found.get("target")))
+        elif exp_type == "symlink":
+            add("symlink", "%s: protected symlink (-> %s) replaced by a %s" % (what, expected.get("target"), found_type))
+        else:
+            add("type", "%s: protected %s replaced by a %s" % (what, exp_type, found_type))
+        return out
+    if found_type == "symlink":
+        if found.get("target") != expected.get("target"):
+            add("symlink", "%s: symlink re-pointed from %s to %s" % (what, expected.get("target"), found.get("target")),
+                "symlink -> %s" % expected.get("target"), "symlink -> %s" % found.get("target"))
+        return out
+    if found_type == "file" and (found.get("sha256") != expected.get("sha256") or found.get("size") != expected.get("size")):
+        add("changed", "%s: protected file changed: SHA-256 %s -> %s, %s -> %s bytes" % (
+            what, _short(expected.get("sha256")), _short(found.get("sha256")), expected.get("size"), found.get("size")),
+            "sha256=%s size=%s" % (expected.get("sha256"), expected.get("size")),
+            "sha256=%s size=%s%s" % (found.get("sha256"), found.get("size"),
+                                      " (%s)" % found["error"] if found.get("error") else ""))
+    if check_mode and found.get("mode") != expected.get("mode"):
+        add("mode", "%s: permissions changed from %s to %s" % (what, expected.get("mode"), found.get("mode")),
+            "mode %s" % expected.get("mode"), "mode %s" % found.get("mode"))
+    return out
+
+
+def _verify_static(campaign_dir, recorded, roots):
+    caches = []
+    found = _static_snapshot(campaign_dir, roots, caches)
+    problems = _verify_caches(campaign_dir, caches, recorded, found)
+    skip = []  # folders deleted or added whole: their contents are summed up in one problem
+    for what in sorted(set(recorded) | set(found)):
+        if any(what.startswith(prefix + "/") for prefix in skip):
+            continue
+        expected = recorded.get(what, MISSING)
+        now = found.get(what, MISSING)
+        if not isinstance(expected, dict):
+            expected = {"type": "unknown"}
+        found_problems = _compare(what, expected, now)
+        for problem in found_problems:
+            if problem["rule"] in ("deleted", "added", "type", "symlink") and "dir" in (expected.get("type"), now.get("type")):
+                inside = [p for p in set(recorded) | set(found) if p.startswith(what + "/")]
+                if inside:
+                    skip.append(what)
+                    problem["message"] += " (with %d path(s) inside it)" % len(inside)
+        problems.extend(found_problems)
+    return problems
+
+
+def _verify_prompts(campaign_dir, recorded):
+    problems = []
+    found = _prompt_snapshot(campaign_dir)
+    for name in SESSION_PROTECTED:
+        expected = recorded.get(name, MISSING)
+        for problem in _compare(name, expected, found[name], rule_override="session_prompt"):
+            problem["message"] = "prompt changed while a session runs (editable only between sessions): " + problem["message"]
+            problems.append(problem)
+    return problems
+
+
+def _verify_append_only(campaign_dir, name, rec, trust_campaign, warnings, new_rows):
+    """Problems of one append-only file against its recorded prefix."""
+    path = _join(campaign_dir, name)
+    entry = _entry(path)
+    if not isinstance(rec, dict):
+        return [_problem(name, "record", "a recorded prefix", repr(rec), "%s: the integrity record has no usable entry" % name)]
+    if not rec.get("present"):
+        if entry is None:
+            return []
+        rec = {"present": True, "length": 0, "sha256": _sha256(b"").hexdigest(), "rows": 0,
+               "last_row_sha256": None, "campaign": None, "mode": None}
+    length = rec.get("length", 0)
+    expected_desc = "%d-byte prefix sha256=%s" % (length, rec.get("sha256"))
+    if entry is None:
+        return [_problem(name, "deleted", expected_desc, "missing",
+                         "%s: append-only file deleted (it held %d recorded bytes%s)" % (
+                             name, length, ", %s rows" % rec.get("rows") if name in CHAIN_LOGS else ""))]
+    if entry["type"] == "symlink":
+        return [_problem(name, "symlink", expected_desc, _describe(entry),
+                         "%s: append-only file replaced by a symlink to %s" % (name, entry.get("target")))]
+    if entry["type"] != "file":
+        return [_problem(name, "type", expected_desc, _describe(entry),
+                         "%s: append-only file replaced by a %s" % (name, entry["type"]))]
+    problems = []
+    if rec.get("mode") is not None and entry.get("mode") != rec.get("mode"):
+        problems.append(_problem(name, "mode", "mode %s" % rec["mode"], "mode %s" % entry.get("mode"),
+                                 "%s: permissions changed from %s to %s" % (name, rec["mode"], entry.get("mode"))))
+    try:
+        data = _read_bytes(path)
+    except (IOError, OSError) as exc:
+        problems.append(_problem(name, "changed", expected_desc, "unreadable: %s" % exc, "%s: cannot be read: %s" % (name, exc)))
+        return problems
+    if len(data) < length:
+        problems.append(_problem(name, "truncated", expected_desc, "%d bytes" % len(data),
+                                 "%s: truncated from %d recorded bytes to %d (append-only: rows may not be removed)"
+                                 % (name, length, len(data))))
+        return problems
+    digest = _sha256(data[:length]).hexdigest()
+    if digest != rec.get("sha256"):
+        detail = ""
+        if name in CHAIN_LOGS:
+            try:
+                detail = "; chain check: %s" % _chain(campaign_dir, name, trust_campaign).verify(data).summary()
+            except Exception as exc:  # the diagnosis is a courtesy; the problem stands without it
+                detail = "; chain check could not run: %s" % exc
+        problems.append(_problem(name, "prefix", expected_desc, "the first %d bytes have sha256=%s" % (length, digest),
+                                 "%s: the recorded prefix (%d bytes) changed: SHA-256 %s -> %s (append-only: written "
+                                 "bytes may not be edited)%s" % (name, length, _short(rec.get("sha256")), _short(digest), detail)))
+        return problems
+    if name not in CHAIN_LOGS:
+        return problems
+    rows = rec.get("rows") or 0
+    if rows:
+        start = data.rfind(b"\n", 0, length - 1) + 1
+        last = _sha256(data[start:length - 1]).hexdigest()
+        if last != rec.get("last_row_sha256"):
+            problems.append(_problem(name, "prefix", "row %d sha256=%s" % (rows - 1, rec.get("last_row_sha256")),
+                                     "row %d sha256=%s" % (rows - 1, last),
+                                     "%s: recorded row seq %d no longer hashes as recorded" % (name, rows - 1)))
+            return problems
+        resume = (length, rows, rec.get("last_row_sha256"), rec.get("campaign"))
+    else:
+        resume = None
+    try:
+        report = _chain(campaign_dir, name, trust_campaign).verify(data, resume=resume)
+    except Exception as exc:
+        problems.append(_problem(name, "chain", "well-formed rows chained after row %d" % (rows - 1), "error: %s" % exc,
+                                 "%s: the rows appended since the record cannot be checked: %s" % (name, exc)))
+        return problems
+    if not report.ok:
+        problems.append(_problem(name, "chain", "well-formed rows chained after the %d recorded" % rows,
+                                 report.summary(),
+                                 "%s: not a well-formed append after the %d recorded rows: %s" % (name, rows, report.summary())))
+    for warning in report.warnings:
+        warnings.append("%s: %s" % (name, warning))
+    if new_rows is not None:
+        new_rows[name] = list(report.parsed)
+    return problems
+
+
+def _ledger_records_violation(campaign_dir):
+    """Whether any ledger row is an ``integrity`` row with event ``violation`` (tolerant reading)."""
+    try:
+        data = _read_bytes(_join(campaign_dir, LEDGER))
+    except (IOError, OSError):
+        return False
+    for line in data.split(b"\n"):
+        if b'"event":"violation"' in line and b'"kind":"integrity"' in line:
+            try:
+                row = json.loads(line.decode("utf-8"))
+            except ValueError:
+                continue
+            if isinstance(row, dict) and row.get("kind") == "integrity" and row.get("event") == "violation":
+                return True
+    return False
+
+
+def verify(campaign_dir, session=None, warnings=None):
+    """Every problem found against ``.attune/integrity.json`` (an empty list when all is well).
+
+    ``session``: True checks the prompts, False does not; None (the default) checks them when the
+    record was taken with ``session=True`` and the ledger has no session ``end`` row appended since
+    (the session is still running). ``warnings``, when a list, receives non-fatal notes (a torn tail
+    left by a crashed writer, rows appended after a lagging head)."""
+    campaign_dir = os.fspath(campaign_dir)
+    warnings = warnings if warnings is not None else []
+    try:
+        rec = load_record(campaign_dir)
+    except ValueError as exc:
+        return [_problem(INTEGRITY, "record", "an integrity record written by `integrity.py record`", str(exc),
+                         "%s: %s; the protected files cannot be checked" % (INTEGRITY, exc))]
+    problems = []
+    state_entry = _entry(_join(campaign_dir, campaign_files.STATE))
+    if state_entry is not None and state_entry["type"] == "symlink":
+        problems.append(_problem(campaign_files.STATE, "symlink", "directory", _describe(state_entry),
+                                 "%s: the harness state folder was replaced by a symlink to %s"
+                                 % (campaign_files.STATE, state_entry.get("target"))))
+    roots = rec.get("static_roots")
+    if not isinstance(roots, list) or not all(isinstance(root, str) for root in roots):
+        roots = STATIC_ROOTS  # the roots this version protects; a record from another keeps its own
+    problems.extend(_verify_static(campaign_dir, rec["static"], roots))
+    trust_campaign = not any(p["what"] == SKILL_TREE or p["what"].startswith(SKILL_TREE + "/") for p in problems)
+    new_rows = {}
+    for name in APPEND_ONLY:
+        problems.extend(_verify_append_only(campaign_dir, name, rec["append_only"].get(name), trust_campaign,
+                                            warnings, new_rows))
+    for head in HEADS:
+        entry = _entry(_join(campaign_dir, head))
+        if entry is not None and entry["type"] != "file":
+            problems.append(_problem(head, "symlink" if entry["type"] == "symlink" else "type", "file", _describe(entry),
+                                     "%s: the head record was replaced by a %s" % (head, _describe(entry))))
+    if session is None:
+        ended = any(row.get("kind") == "session" and row.get("event") == "end" for row in new_rows.get(LEDGER, ()))
+        session = bool(rec.get("session")) and not ended
+    if session:
+        problems.extend(_verify_prompts(campaign_dir, rec["prompts"]))
+    if not os.path.exists(_join(campaign_dir, VIOLATION)) and _ledger_records_violation(campaign_dir):
+        problems.append(_problem(VIOLATION, "violation_removed", "present (the ledger records a violation)", "missing",
+                                 "%s: the ledger records an integrity violation but the violation file is gone"
+                                 % VIOLATION))
+    return problems
+
+
+# --------------------------------------------------------------------------------- violation
+def _ledger_appendable(campaign_dir, problems):
+    """``(ok, why)``: whether a row may be appended to the ledger."""
+    touched = [p for p in problems if p.get("what") in (LEDGER, LEDGER + ".head")]
+    if touched:
+        return False, "not appended: the ledger is what broke (%s)" % "; ".join(
+            "%s: %s" % (p.get("what"), p.get("rule")) for p in touched)
+    if not os.path.isfile(_join(campaign_dir, LEDGER)) or os.path.islink(_join(campaign_dir, LEDGER)):
+        return False, "not appended: there is no ledger"
+    try:
+        report = _chain(campaign_dir, LEDGER, trust_campaign=False).verify()
+    except Exception as exc:
+        return False, "not appended: the ledger cannot be checked (%s)" % exc
+    if not report.ok:
+        return False, "not appended: the ledger's chain is broken (%s)" % report.summary()
+    return True, ""
+
+
+def _signature(problems):
+    return sorted([p.get("what"), p.get("rule"), str(p.get("found"))] for p in problems)
+
+
+def _current_sha(campaign_dir, rel):
+    entry = _entry(_join(campaign_dir, rel))
+    return entry.get("sha256") if entry is not None and entry.get("type") == "file" else None
+
+
+def violation(campaign_dir, problems):
+    """Record a failed check: ``.attune/integrity_violation.json`` (the first violation stays; later
+    ones are added to its ``later`` list) and an ``integrity`` ledger row (event ``violation``) when the
+    ledger is still appendable. The same problems recorded again add nothing. Returns the file's data."""
+    campaign_dir = os.fspath(campaign_dir)
+    problems = [dict(p) for p in problems]
+    path = _join(campaign_dir, VIOLATION)
+    existing = None
+    unreadable = None
+    if os.path.lexists(path):
+        try:
+            with open(path, "r", encoding="utf-8") as handle:
+                existing = json.load(handle)
+        except (IOError, OSError, ValueError) as exc:
+            unreadable = str(exc)
+        if existing is not None and not isinstance(existing, dict):
+            unreadable, existing = "not a JSON object", None
+    entry = {
+        "ts": _now(),
+        "problems": [{"what": p.get("what"), "expected": p.get("expected"), "found": p.get("found"),
+                      "rule": p.get("rule"), "message": p.get("message")} for p in problems],
+        "ledger_row": None,
+        "ledger_note": "pending",
+    }
+    if existing is not None:
+        entries = [existing] + [e for e in existing.get("later", []) if isinstance(e, dict)]
+        if any(_signature(e.get("problems") or []) == _signature(entry["problems"]) for e in entries):
+            return existing
+        data = existing
+        data.setdefault("later", [])
+        if not isinstance(data["later"], list):
+            data["later"] = [data["later"]]
+        data["later"].append(entry)
+    else:
+        data = {"schema_version": SCHEMA_VERSION}
+        data.update(entry)
+        entry = data
+        if unreadable is not None:
+            data["previous_file_unreadable"] = unreadable
+    state = os.path.dirname(path)
+    if not os.path.isdir(state):
+        os.makedirs(state)
+    _atomic_write_json(path, data)  # first: the file alone already blocks shipping
+    ok, why = _ledger_appendable(campaign_dir, problems)
+    if ok:
+        names = ", ".join("%s (%s)" % (p.get("what"), p.get("rule")) for p in problems)
+        if len(names) > 400:
+            names = names[:400] + "..."
+        files = {}
+        for p in problems:
+            files[str(p.get("what"))] = _current_sha(campaign_dir, str(p.get("what")))
+        try:
+            row = _append_ledger(campaign_dir, "violation",
+                                 "integrity check failed: %d problem(s): %s" % (len(problems), names), files)
+            entry["ledger_row"] = True
+            entry["ledger_note"] = "integrity row appended at seq %d" % row["seq"]
+        except Exception as exc:
+            entry["ledger_row"] = False
+            entry["ledger_note"] = "not appended: %s" % exc
+    else:
+        entry["ledger_row"] = False
+        entry["ledger_note"] = why
+    _atomic_write_json(path, data)
+    return data
+
+
+def _append_ledger(campaign_dir, event, detail, files=None):
+    payload = {"event": event, "detail": detail}
+    if files is not None:
+        payload["files"] = files
+    try:
+        _core(campaign_dir, trust_campaign=False)
+        saved = sys.dont_write_bytecode
+        sys.dont_write_bytecode = True
+        try:
+            from attune_core.campaign import Campaign
+        finally:
+            sys.dont_write_bytecode = saved
+    except ImportError:  # pragma: no cover - attune_core always ships campaign.py
+        Campaign = None
+    if Campaign is not None:
+        return Campaign(campaign_dir).append("integrity", **payload)
+    log = _chain(campaign_dir, LEDGER, trust_campaign=False)
+    first = log.first_row()
+    return log.append("integrity", payload, campaign=first["campaign"] if first else None)
+
+
+def enforce(campaign_dir, session=None):
+    """``verify`` and, when it finds problems, ``violation``; returns the problems."""
+    problems = verify(campaign_dir, session=session)
+    if problems:
+        violation(campaign_dir, problems)
+    return problems
+
+
+# --------------------------------------------------------------------------------- launcher
+def live_runs(campaign_dir):
+    """Run ids launched with no result row yet, in launch order (lines that do not parse are skipped)."""
+    try:
+        data = _read_bytes(_join(os.fspath(campaign_dir), LEDGER))
+    except (IOError, OSError):
+        return []
+    launched = []
+    seen = set()
+    finished = set()
+    for line in data.split(b"\n"):
+        line = line.strip()
+        if not line:
+            continue
+        try:
+            row = json.loads(line.decode("utf-8", "replace"))
+        except ValueError:
+            continue
+        if not isinstance(row, dict) or not isinstance(row.get("run"), str):
+            continue
+        run = row["run"]
+        if row.get("kind") == "launch":
+            if run not in seen:
+                seen.add(run)
+                launched.append(run)
+            finished.discard(run)
+        elif row.get("kind") == "result":
+            finished.add(run)
+    return [run for run in launched if run not in finished]
+
+
+def reprompt(campaign_dir):
+    """Between sessions: when the prompts differ from the record, append an ``integrity`` ledger row
+    (event ``prompts_changed``, old and new SHA-256 in the detail) and re-record the prompts (the rest
+    of the record is kept). Returns the ledger row, or None when nothing changed. With no record yet,
+    records the campaign and returns None."""
+    campaign_dir = os.fspath(campaign_dir)
+    try:
+        rec = load_record(campaign_dir)
+    except ValueError:
+        record(campaign_dir)
+        return None
+    found = _prompt_snapshot(campaign_dir)
+    changes = []
+    files = {}
+    for name in SESSION_PROTECTED:
+        old = rec["prompts"].get(name) or MISSING
+        new = found[name]
+        key_old = (old.get("type"), old.get("sha256"), old.get("target"))
+        key_new = (new.get("type"), new.get("sha256"), new.get("target"))
+        if key_old != key_new:
+            changes.append("%s sha256 %s -> %s" % (name, old.get("sha256") or old.get("type"),
+                                                   new.get("sha256") or new.get("type")))
+            files[name] = new.get("sha256")
+    if not changes:
+        return None
+    unchanged = [name for name in SESSION_PROTECTED if name not in files]
+    detail = "prompts changed between sessions: %s%s" % (
+        "; ".join(changes), "; unchanged: %s" % ", ".join(unchanged) if unchanged else "")
+    row = _append_ledger(campaign_dir, "prompts_changed", detail, files)
+    rec["prompts"] = found
+    rec["prompts_recorded_at"] = _now()
+    _atomic_write_json(_join(campaign_dir, INTEGRITY), rec)
+    return row
+
+
+# -------------------------------------------------------------------------------------- CLI
+def main(argv=None):
+    parser = argparse.ArgumentParser(
+        prog="integrity.py", description="Record or verify a campaign's protected files.",
+        epilog="Exit codes: 0 ok, 2 usage, 3 integrity violation.")
+    sub = parser.add_subparsers(dest="verb")
+    p_record = sub.add_parser("record", help="write .attune/integrity.json")
+    p_record.add_argument("campaign_dir")
+    p_record.add_argument("--session", action="store_true", help="a session starts: protect the prompts too")
+    p_verify = sub.add_parser("verify", help="check the campaign against its record")
+    p_verify.add_argument("campaign_dir")
+    p_verify.add_argument("--session", action="store_true", help="check the prompts whatever the record says")
+    p_verify.add_argument("--write-violation", action="store_true",
+                          help="on problems, write .attune/integrity_violation.json and a ledger row")
+    p_verify.add_argument("--json", action="store_true", help="print the problems as JSON")
+    p_reprompt = sub.add_parser("reprompt", help="between sessions: record changed prompts")
+    p_reprompt.add_argument("campaign_dir")
+    p_live = sub.add_parser("live-runs", help="print the runs launched without a result, one per line")
+    p_live.add_argument("campaign_dir")
+    args = parser.parse_args(argv)
+    if not args.verb:
+        parser.print_usage(sys.stderr)
+        return EXIT_USAGE
+    directory = os.path.abspath(args.campaign_dir)
+    if not os.path.isdir(directory):
+        print("integrity.py: %s is not a directory" % args.campaign_dir, file=sys.stderr)
+        return EXIT_USAGE
+    if args.verb == "record":
+        try:
+            rec = record(directory, session=args.session)
+        except RecordError as exc:
+            print("integrity.py: %s" % exc, file=sys.stderr)
+            return EXIT_INTEGRITY
+        print("recorded %d static paths, %s%s" % (
+            len(rec["static"]), ", ".join("%s %s bytes" % (n, rec["append_only"][n].get("length", 0))
+                                          for n in APPEND_ONLY), "; prompts protected" if args.session else ""))
+        return EXIT_OK
+    if args.verb == "verify":
+        warnings = []
+        problems = verify(directory, session=True if args.session else None, warnings=warnings)
+        if args.write_violation and problems:
+            violation(directory, problems)
+        if args.json:
+            print(json.dumps({"ok": not problems, "problems": problems, "warnings": warnings}, indent=1, default=str))
+        else:
+            for warning in warnings:
+                print("warning: %s" % warning, file=sys.stderr)
+            for problem in problems:
+                print("VIOLATION [%s] %s" % (problem["rule"], problem["message"]))
+            if not problems:
+                print("integrity: ok")
+        return EXIT_INTEGRITY if problems else EXIT_OK
+    if args.verb == "reprompt":
+        row = reprompt(directory)
+        print(row["detail"] if row else "prompts unchanged")
+        return EXIT_OK
+    for run in live_runs(directory):
+        print(run)
+    return EXIT_OK
+
+
+if __name__ == "__main__":
+    sys.exit(main())

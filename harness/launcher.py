@@ -1,0 +1,300 @@
+#!/usr/bin/env python3
+"""The campaign launcher behind ``harness/launch_campaign.sh``.
+
+    launch_campaign.sh <campaign_dir> [goal_prompt.txt] [--session ID] [--prepare] [--config FILE]
+                       [--agent-command CMD]
+
+First launch: validates the settings, prepares the campaign directory (read-only copies of
+``skill/`` and ``harness/`` under ``.attune/``, the skill linked where Claude Code discovers it, the
+frozen settings, ``levers.md`` seeded from the skill's catalog when it has one, the goal and resume
+prompts, and a Claude Code settings file holding the hooks), records integrity and starts the agent.
+A later launch verifies integrity first; ``--session ID`` resumes that agent session with the resume
+prompt. ``--prepare`` does everything but start an agent.
+
+The agent: ``ATTUNE_AGENT=claude`` runs ``claude -p`` headless with the settings file (hooks), the
+model from the settings, the web tools removed when ``AUTOTUNE_ALLOW_WEB=0``, and JSON output kept
+under ``.attune/sessions/``; each session's id, model cost, token usage and end reason go to
+``.attune/sessions.jsonl`` and the ledger. ``--agent-command CMD`` runs another agent through the same
+path (it gets ``ATTUNE_CAMPAIGN_DIR`` and the prompt file as ``ATTUNE_PROMPT_FILE``, and may print a
+result object like ``claude -p --output-format json``). When Claude Code's Stop-hook block cap ends a
+session early (a success with an empty result while the campaign is not over), the launcher resumes
+it, at most ``MAX_CAP_RESUMES`` times.
+
+Exit codes: 0 finished (budget spent or stop recorded, and REPORT.md written); 1 agent failure
+(resumable with --session); 2 bad settings or usage; 3 integrity violation (every run the ledger
+tracks as live is torn down first).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import shutil
+import stat
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE / "hooks"))
+sys.path.insert(0, str(REPO / "skill" / "scripts"))
+
+import campaign_files  # noqa: E402
+import integrity  # noqa: E402
+from stop import campaign_state  # noqa: E402
+
+from attune_core import campaign as campaign_mod  # noqa: E402
+from attune_core import settings as settings_mod  # noqa: E402
+from attune_core.errors import EXIT_CHECK_FAILED, EXIT_INTEGRITY, EXIT_OK, EXIT_USAGE, AttuneError  # noqa: E402
+
+MAX_CAP_RESUMES = 3
+CLAUDE_SETTINGS = ".attune/claude_settings.json"
+SKILL_LINK = ".claude/skills/attune"
+PROMPTS = {"goal": "goal_prompt.txt", "resume": "resume_prompt.txt"}
+IGNORED = shutil.ignore_patterns("__pycache__", "*.pyc", ".pytest_cache", "tests", "out")
+
+
+def _now() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _read_only(root: Path) -> None:
+    """Strip write permission from a copied tree (files and folders)."""
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in filenames:
+            path = Path(dirpath) / name
+            path.chmod(path.stat().st_mode & ~(stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH))
+    for dirpath, _dirnames, _filenames in os.walk(root, topdown=False):
+        path = Path(dirpath)
+        path.chmod(path.stat().st_mode & ~(stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH))
+
+
+def hook_settings(directory: Path, settings) -> dict:
+    """The Claude Code settings file: the two hooks, run from the campaign's read-only harness copy."""
+    hooks = directory / ".attune" / "harness" / "hooks"
+    python = sys.executable or "python3"
+    out = {"hooks": {
+        "PreToolUse": [{"matcher": "*", "hooks": [{"type": "command", "timeout": 30,
+                                                  "command": "%s -B %s" % (python, hooks / "pre_tool_use.py")}]}],
+        "Stop": [{"hooks": [{"type": "command", "timeout": 120, "command": "%s -B %s" % (python, hooks / "stop.py")}]}],
+    }}
+    if not settings.allow_web:
+        out["permissions"] = {"deny": ["WebFetch", "WebSearch"]}
+    return out
+
+
+def prepare(directory: Path, settings, goal_prompt: Path = None) -> campaign_mod.Campaign:
+    """Lay out a new campaign directory (idempotent on an existing one: nothing is overwritten)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    state = directory / ".attune"
+    state.mkdir(exist_ok=True)
+    for name, source in (("skill", REPO / "skill"), ("harness", HERE)):
+        target = state / name
+        if not target.exists():
+            shutil.copytree(source, target, ignore=IGNORED)
+            _read_only(target)
+    link = directory / SKILL_LINK
+    if not link.exists() and not link.is_symlink():
+        link.parent.mkdir(parents=True, exist_ok=True)
+        link.symlink_to(Path("..") / ".." / ".attune" / "skill")
+    campaign = campaign_mod.init(directory, settings)
+    levers = directory / "levers.md"
+    catalog = REPO / "skill" / "references" / "levers.md"
+    if not levers.exists() and catalog.is_file():
+        shutil.copyfile(catalog, levers)
+    for key, name in PROMPTS.items():
+        path = directory / name
+        if not path.exists():
+            source = goal_prompt if key == "goal" and goal_prompt else HERE / "prompts" / name
+            shutil.copyfile(source, path)
+    settings_path = directory / CLAUDE_SETTINGS
+    text = json.dumps(hook_settings(directory, settings), indent=2) + "\n"
+    if not settings_path.exists():
+        settings_path.write_text(text, encoding="utf-8")
+    return campaign
+
+
+def _teardown_live(directory: Path, settings) -> list:
+    from attune_core import runs as runs_mod
+    campaign = campaign_mod.Campaign(directory)
+    done = []
+    for run in integrity.live_runs(directory):
+        try:
+            runs_mod.teardown(campaign, settings, run)
+            done.append(run)
+        except Exception as exc:  # keep tearing the others down; say which one failed
+            print("launch_campaign: teardown of run %s failed: %s" % (run, exc), file=sys.stderr)
+    return done
+
+
+def _violation_exit(directory: Path, settings, problems) -> int:
+    integrity.violation(directory, problems)
+    torn = _teardown_live(directory, settings)
+    first = problems[0]
+    print("launch_campaign: integrity violation: %s (%s); no recipe ships from this campaign. Runs torn down: %s"
+          % (first.get("what"), first.get("rule"), ", ".join(torn) or "none"), file=sys.stderr)
+    return EXIT_INTEGRITY
+
+
+def _record_session(directory: Path, row: dict) -> None:
+    path = directory / campaign_files.SESSIONS
+    with open(path, "a", encoding="utf-8") as handle:
+        handle.write(json.dumps(row, sort_keys=True) + "\n")
+        handle.flush()
+        os.fsync(handle.fileno())
+
+
+def agent_command(settings, prompt: str, session: str = None, extra: str = None, directory: Path = None,
+                  new_session: str = None) -> list:
+    if extra:
+        return ["bash", "-c", extra]
+    if settings.agent != "claude":
+        raise AttuneError("ATTUNE_AGENT=%s: this agent is not available in this build. Fix: ATTUNE_AGENT=claude, or "
+                          "--agent-command CMD" % settings.agent)
+    claude = os.environ.get("ATTUNE_CLAUDE_BIN") or shutil.which("claude")
+    if not claude:
+        raise AttuneError("claude: not found on PATH. Fix: install Claude Code (npm install -g "
+                          "@anthropic-ai/claude-code) or set ATTUNE_CLAUDE_BIN")
+    argv = [claude, "-p", prompt, "--output-format", "json", "--settings", str(directory / CLAUDE_SETTINGS)]
+    if settings.claude_model:
+        argv += ["--model", settings.claude_model]
+    if session:
+        argv += ["--resume", session]
+    elif new_session:
+        argv += ["--session-id", new_session]
+    if not settings.allow_web:
+        argv += ["--disallowedTools", "WebFetch,WebSearch"]
+    return argv
+
+
+def run_agent(directory: Path, settings, prompt_file: Path, session: str = None, extra: str = None) -> dict:
+    """One agent session; returns what the launcher records about it."""
+    prompt = prompt_file.read_text(encoding="utf-8")
+    new_session = None if session else str(uuid.uuid4())
+    argv = agent_command(settings, prompt, session, extra, directory, new_session)
+    # no bytecode caches written into the read-only tool copies (the integrity record holds their sources)
+    env = dict(os.environ, ATTUNE_CAMPAIGN_DIR=str(directory), ATTUNE_PROMPT_FILE=str(prompt_file),
+               ATTUNE_SESSION_ID=session or new_session, PYTHONDONTWRITEBYTECODE="1")
+    started = _now()
+    with open(os.devnull, "rb") as devnull:
+        proc = subprocess.run(argv, cwd=str(directory), env=env, stdin=devnull, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE)
+    out = proc.stdout.decode("utf-8", "replace")
+    result = None
+    for line in reversed(out.strip().splitlines()):
+        try:
+            candidate = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(candidate, dict):
+            result = candidate
+            break
+    if result is None:
+        try:
+            result = json.loads(out)
+        except ValueError:
+            result = {}
+    sessions = directory / ".attune" / "sessions"
+    sessions.mkdir(exist_ok=True)
+    sid = result.get("session_id") or session or new_session
+    (sessions / ("%s.json" % sid)).write_text(out, encoding="utf-8")
+    return {"session": sid, "started": started, "ended": _now(), "exit_code": proc.returncode,
+            "model_cost_usd": result.get("total_cost_usd"), "usage": result.get("usage"),
+            "end_reason": result.get("terminal_reason") or result.get("subtype"), "is_error": result.get("is_error"),
+            "result_empty": (result.get("result") in ("", None)) if result else True,
+            "permission_denials": len(result.get("permission_denials") or []),
+            "stderr_tail": proc.stderr.decode("utf-8", "replace")[-2000:]}
+
+
+def _over(directory: Path, settings_map: dict) -> bool:
+    state = campaign_state(str(directory), settings_map)
+    return bool((state["budget"]["exhausted"] or state["stop"]) and state["report"])
+
+
+def launch(directory: Path, goal_prompt: Path = None, session: str = None, prepare_only: bool = False,
+           config=None, agent_cmd: str = None) -> int:
+    directory = directory.resolve()
+    first = not (directory / campaign_files.SETTINGS).exists()
+    settings = settings_mod.for_campaign(directory, config_file=config)
+    if not first:
+        fresh = settings_mod.load(None, config)
+        if fresh.render_env() != settings.render_env():
+            print("launch_campaign: warning: the environment's settings differ from the campaign's; the campaign "
+                  "keeps the settings it started with (%s)" % (directory / campaign_files.SETTINGS), file=sys.stderr)
+        problems = integrity.verify(str(directory))
+        if problems:
+            return _violation_exit(directory, settings, problems)
+    elif settings.backend == "kuberay":
+        settings.check_files()
+    campaign = prepare(directory, settings, goal_prompt)
+    if first:
+        integrity.record(str(directory))
+    else:
+        integrity.reprompt(str(directory))
+    if prepare_only:
+        print("campaign: %s\nprepared: %s" % (campaign.id, directory))
+        return EXIT_OK
+    settings_map = campaign_files.read_settings(str(directory))
+    prompt = directory / (PROMPTS["resume"] if session else PROMPTS["goal"])
+    resumes = 0
+    while True:
+        integrity.record(str(directory), session=True)
+        campaign.append("session", session=session or "new", event="start",
+                        agent="command" if agent_cmd else settings.agent)
+        info = run_agent(directory, settings, prompt, session, agent_cmd)
+        _record_session(directory, info)
+        end = {"session": info["session"], "event": "end", "agent": "command" if agent_cmd else settings.agent,
+               "exit_code": info["exit_code"], "detail": str(info["end_reason"])}
+        if isinstance(info["model_cost_usd"], (int, float)):
+            end["model_cost_usd"] = float(info["model_cost_usd"])
+        problems = integrity.verify(str(directory))
+        if problems:
+            return _violation_exit(directory, settings, problems)
+        campaign.append("session", **end)
+        if _over(directory, settings_map):
+            print("campaign: %s\nfinished: yes\nsession: %s" % (campaign.id, info["session"]))
+            return EXIT_OK
+        capped = info["exit_code"] == 0 and not info["is_error"] and info["result_empty"]
+        if capped and resumes < MAX_CAP_RESUMES:
+            resumes += 1
+            session, prompt = info["session"], directory / PROMPTS["resume"]
+            print("launch_campaign: the session ended without finishing (Stop-hook block cap); resuming %s (%d of %d)"
+                  % (session, resumes, MAX_CAP_RESUMES), file=sys.stderr)
+            continue
+        print("launch_campaign: the agent ended (exit %s, %s) before the campaign finished. Resume with: "
+              "harness/launch_campaign.sh %s --session %s" % (info["exit_code"], info["end_reason"], directory,
+                                                               info["session"]), file=sys.stderr)
+        return EXIT_CHECK_FAILED
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="launch_campaign.sh", description=__doc__.split("\n\n")[0])
+    parser.add_argument("campaign_dir")
+    parser.add_argument("goal_prompt", nargs="?", help="the goal prompt (default: the harness's own)")
+    parser.add_argument("--session", help="resume this agent session with the resume prompt")
+    parser.add_argument("--prepare", action="store_true", help="prepare and record integrity; start no agent")
+    parser.add_argument("--config", help="a config.env to read settings from (first launch)")
+    parser.add_argument("--agent-command", help="run this shell command as the agent instead of claude")
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:
+        return int(exc.code or 0) and EXIT_USAGE
+    goal = Path(args.goal_prompt) if args.goal_prompt else None
+    if goal is not None and not goal.is_file():
+        print("launch_campaign: %s: no such goal prompt file" % goal, file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        return launch(Path(args.campaign_dir), goal, args.session, args.prepare, args.config, args.agent_command)
+    except AttuneError as exc:
+        for line in exc.lines():
+            print("launch_campaign: %s" % line, file=sys.stderr)
+        return exc.exit_code
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

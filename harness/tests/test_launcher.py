@@ -1,0 +1,135 @@
+"""The launcher: --prepare lays out the campaign; a stand-in agent (--agent-command) runs a whole
+campaign on the local backend; a failed session resumes with --session; an integrity violation
+tears down the live runs and exits 3; bad settings exit 2 with one line each."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent.parent
+LAUNCHER = REPO / "harness" / "launch_campaign.sh"
+FAKE_MEGATRON = REPO / "skill" / "scripts" / "tests" / "data" / "fake_megatron.py"
+sys.path.insert(0, str(REPO / "skill" / "scripts"))
+
+from attune_core import campaign as campaign_mod  # noqa: E402
+from attune_core import runs as runs_mod  # noqa: E402
+from attune_core import settings as settings_mod  # noqa: E402
+
+RECIPE = (HERE.parent.parent / "harness" / "tests" / "test_e2e_claude.py").read_text().split('RECIPE = """')[1] \
+    .split('"""')[0]
+
+
+def setup(tmp_path, mode="ok"):
+    baseline = tmp_path / "baseline.yaml"
+    baseline.write_text(RECIPE.format(python=sys.executable, script=FAKE_MEGATRON).replace("FAKE_MODE: ok",
+                                                                                           "FAKE_MODE: %s" % mode))
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("ATTUNE_", "AUTOTUNE_"))}
+    env.update({"ATTUNE_BACKEND": "local", "ATTUNE_RUN_PREFIX": "t-", "ATTUNE_BASELINE_YAML": str(baseline),
+                "AUTOTUNE_BUDGET": "20", "AUTOTUNE_ALLOW_WEB": "0", "ATTUNE_PYTHON": sys.executable})
+    return tmp_path / "campaign", env
+
+
+def launch(directory, env, *args):
+    proc = subprocess.run(["bash", str(LAUNCHER), str(directory)] + list(args), env=env, stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, timeout=300)
+    return proc.returncode, proc.stdout.decode(), proc.stderr.decode()
+
+
+def attune(directory):
+    return "%s %s" % (sys.executable, directory / ".attune" / "skill" / "scripts" / "attune.py")
+
+
+def whole_campaign(directory) -> str:
+    a = attune(directory)
+    return ("set -e; {a} launch --baseline >/dev/null; for i in $(seq 120); do if {a} finalize t-r001 >/dev/null; "
+            "then break; fi; sleep 0.5; done; {a} stop --reason 'one run is enough here' --evidence t-r001 "
+            ">/dev/null; {a} report >/dev/null || true; echo '{{\"session_id\": \"'$ATTUNE_SESSION_ID'\", "
+            "\"result\": \"done\", \"total_cost_usd\": 0.5}}'").format(a=a)
+
+
+def test_prepare_lays_out_the_campaign(tmp_path):
+    directory, env = setup(tmp_path)
+    code, out, err = launch(directory, env, "--prepare")
+    assert code == 0, err
+    assert "prepared:" in out
+    skill = directory / ".attune" / "skill" / "scripts" / "attune.py"
+    assert skill.is_file() and not (skill.stat().st_mode & stat.S_IWUSR)
+    assert (directory / ".claude" / "skills" / "attune").resolve() == (directory / ".attune" / "skill").resolve()
+    hooks = json.loads((directory / ".attune" / "claude_settings.json").read_text())
+    assert "pre_tool_use.py" in hooks["hooks"]["PreToolUse"][0]["hooks"][0]["command"]
+    assert "stop.py" in hooks["hooks"]["Stop"][0]["hooks"][0]["command"]
+    assert hooks["permissions"]["deny"] == ["WebFetch", "WebSearch"]
+    assert (directory / "goal_prompt.txt").is_file() and (directory / "resume_prompt.txt").is_file()
+    assert (directory / ".attune" / "integrity.json").is_file() and (directory / ".attune" / "settings.env").is_file()
+    assert launch(directory, env, "--prepare")[0] == 0, "preparing twice changes nothing"
+
+
+def test_bad_settings_exit_2_with_one_line_each(tmp_path):
+    directory, env = setup(tmp_path)
+    env["AUTOTUNE_BUDGET"] = "-3"
+    code, out, err = launch(directory, env, "--prepare")
+    assert code == 2 and "AUTOTUNE_BUDGET" in err and len(err.strip().splitlines()) == 1
+    assert launch(directory, env)[0] == 2
+
+
+def test_a_stand_in_agent_runs_a_whole_campaign(tmp_path):
+    directory, env = setup(tmp_path)
+    code, out, err = launch(directory, env, "--agent-command", whole_campaign(directory))
+    assert code == 0, err
+    assert "finished: yes" in out
+    sessions = [json.loads(line) for line in (directory / ".attune" / "sessions.jsonl").read_text().splitlines()]
+    assert len(sessions) == 1 and sessions[0]["model_cost_usd"] == 0.5
+    rows = campaign_mod.Campaign(directory).ledger.rows()
+    ends = [row for row in rows if row["kind"] == "session" and row["event"] == "end"]
+    assert ends[0]["model_cost_usd"] == 0.5 and ends[0]["session"] == sessions[0]["session"]
+    assert (directory / "REPORT.md").is_file()
+
+
+def test_a_failed_session_resumes_with_its_id(tmp_path):
+    directory, env = setup(tmp_path)
+    code, out, err = launch(directory, env, "--agent-command", "echo $ATTUNE_SESSION_ID > notes.md; exit 1")
+    assert code == 1 and "--session" in err
+    first = (directory / "notes.md").read_text().strip()
+    assert "harness/launch_campaign.sh %s --session %s" % (directory, first) in err.replace("\n", " ") or first in err
+    code, out, err = launch(directory, env, "--session", first, "--agent-command",
+                            "test \"$ATTUNE_SESSION_ID\" = %s && grep -q resuming \"$ATTUNE_PROMPT_FILE\" && %s"
+                            % (first, whole_campaign(directory)))
+    assert code == 0, err
+    sessions = [json.loads(line) for line in (directory / ".attune" / "sessions.jsonl").read_text().splitlines()]
+    assert [s["session"] for s in sessions] == [first, first]
+
+
+def test_an_empty_result_is_resumed_a_bounded_number_of_times(tmp_path):
+    directory, env = setup(tmp_path)
+    code, out, err = launch(directory, env, "--agent-command", "echo '{\"session_id\": \"s1\", \"result\": \"\"}'")
+    assert code == 1
+    assert err.count("Stop-hook block cap") == 3
+    sessions = (directory / ".attune" / "sessions.jsonl").read_text().splitlines()
+    assert len(sessions) == 4
+
+
+def test_integrity_violation_tears_down_live_runs_and_exits_3(tmp_path):
+    directory, env = setup(tmp_path, mode="hang")
+    a = attune(directory)
+    tamper = ("{a} launch --baseline >/dev/null && sleep 1 && "
+              "{py} -c \"p='ledger.jsonl'; d=open(p,'rb').read(); open(p,'wb').write(d.replace(b'baseline', b'basalina', 1))\""
+              ).format(a=a, py=sys.executable)
+    code, out, err = launch(directory, env, "--agent-command", tamper)
+    assert code == 3, err
+    assert "integrity violation" in err and "t-r001" in err
+    violation = json.loads((directory / ".attune" / "integrity_violation.json").read_text())
+    assert "ledger.jsonl" in json.dumps(violation)
+    settings = settings_mod.for_campaign(directory)
+    local = runs_mod.backends.get(settings.backend, settings)
+    deadline = time.time() + 20
+    while time.time() < deadline and local.status(directory / "runs" / "t-r001").state != "torn_down":
+        time.sleep(0.2)
+    assert local.status(directory / "runs" / "t-r001").state == "torn_down"
+    assert launch(directory, env)[0] == 3, "a violated campaign never starts again"
