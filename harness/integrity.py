@@ -217,8 +217,29 @@ def _cache_problem(campaign_dir, rel, recorded, found_static):
     return None
 
 
-def _verify_caches(campaign_dir, caches, recorded, found_static):
+def _cache_files(campaign_dir, caches):
+    for rel in caches:
+        try:
+            names = sorted(os.listdir(_join(campaign_dir, rel)))
+        except OSError:
+            continue
+        for name in names:
+            yield rel + "/" + name
+
+
+def _bless_caches(campaign_dir, caches, static):
+    """The SHA-256 of each bytecode cache present at record time that is Python's own compilation of
+    its source (checked by compiling it once, here), so that later checks need not compile again."""
+    out = {}
+    for path in _cache_files(campaign_dir, caches):
+        if _cache_problem(campaign_dir, path, static, static) is None:
+            out[path] = _hash_file(_join(campaign_dir, path))
+    return out
+
+
+def _verify_caches(campaign_dir, caches, recorded, found_static, blessed=None):
     problems = []
+    blessed = blessed or {}
     for rel in caches:
         entry = _entry(_join(campaign_dir, rel))
         if entry is None:
@@ -235,6 +256,8 @@ def _verify_caches(campaign_dir, caches, recorded, found_static):
             continue
         for name in names:
             path = rel + "/" + name
+            if path in blessed and _blessed_ok(campaign_dir, path, blessed[path], recorded, found_static):
+                continue
             reason = _cache_problem(campaign_dir, path, recorded, found_static)
             if reason is not None:
                 problems.append(_problem(path, "added", "missing or Python's compilation of the recorded source",
@@ -242,6 +265,20 @@ def _verify_caches(campaign_dir, caches, recorded, found_static):
                                          "%s: file added to a protected tree: %s (a forged .pyc runs in place of its "
                                          "source)" % (path, reason)))
     return problems
+
+
+def _blessed_ok(campaign_dir, path, digest, recorded, found_static):
+    """A cache checked at record time is still the same file, and its source is unchanged."""
+    match = _PYC_RE.match(path.rsplit("/", 1)[1])
+    if match is None:
+        return False
+    source = "%s/%s.py" % (path.rsplit("/", 1)[0].rsplit("/", 1)[0], match.group("stem"))
+    if found_static.get(source) != recorded.get(source):
+        return False
+    try:
+        return _hash_file(_join(campaign_dir, path)) == digest
+    except (IOError, OSError):
+        return False
 
 
 def _prompt_snapshot(directory):
@@ -367,12 +404,15 @@ def record(campaign_dir, session=False):
     ``session=True`` while an agent session runs: the prompts are enforced too. Raises
     ``RecordError`` when a chained log is already broken (recording it would launder the damage)."""
     campaign_dir = os.fspath(campaign_dir)
+    caches = []
+    static = _static_snapshot(campaign_dir, STATIC_ROOTS, caches)
     data = {
         "schema_version": SCHEMA_VERSION,
         "recorded_at": _now(),
         "session": bool(session),
         "static_roots": list(STATIC_ROOTS),
-        "static": _static_snapshot(campaign_dir),
+        "static": static,
+        "caches": _bless_caches(campaign_dir, caches, static),
         "append_only": dict((name, _append_only_record(campaign_dir, name)) for name in APPEND_ONLY),
         "prompts": _prompt_snapshot(campaign_dir),
         "prompts_recorded_at": None,
@@ -449,10 +489,10 @@ def _compare(what, expected, found, rule_override=None, check_mode=True):
     return out
 
 
-def _verify_static(campaign_dir, recorded, roots):
+def _verify_static(campaign_dir, recorded, roots, blessed=None):
     caches = []
     found = _static_snapshot(campaign_dir, roots, caches)
-    problems = _verify_caches(campaign_dir, caches, recorded, found)
+    problems = _verify_caches(campaign_dir, caches, recorded, found, blessed)
     skip = []  # folders deleted or added whole: their contents are summed up in one problem
     for what in sorted(set(recorded) | set(found)):
         if any(what.startswith(prefix + "/") for prefix in skip):
@@ -603,7 +643,7 @@ def verify(campaign_dir, session=None, warnings=None):
     roots = rec.get("static_roots")
     if not isinstance(roots, list) or not all(isinstance(root, str) for root in roots):
         roots = STATIC_ROOTS  # the roots this version protects; a record from another keeps its own
-    problems.extend(_verify_static(campaign_dir, rec["static"], roots))
+    problems.extend(_verify_static(campaign_dir, rec["static"], roots, rec.get("caches")))
     trust_campaign = not any(p["what"] == SKILL_TREE or p["what"].startswith(SKILL_TREE + "/") for p in problems)
     new_rows = {}
     for name in APPEND_ONLY:

@@ -28,6 +28,7 @@ tracks as live is torn down first).
 from __future__ import annotations
 
 import argparse
+import compileall
 import datetime
 import json
 import os
@@ -75,13 +76,14 @@ def _read_only(root: Path) -> None:
 
 
 def hook_settings(directory: Path, settings) -> dict:
-    """The Claude Code settings file: the two hooks, run from the campaign's read-only harness copy."""
+    """The Claude Code settings file: the two hooks, run from the campaign's read-only harness copy
+    (standard library only: ``-S`` skips site-packages and their start-up cost; ``-B`` writes no caches)."""
     hooks = directory / ".attune" / "harness" / "hooks"
     python = sys.executable or "python3"
     out = {"hooks": {
         "PreToolUse": [{"matcher": "*", "hooks": [{"type": "command", "timeout": 30,
-                                                  "command": "%s -B %s" % (python, hooks / "pre_tool_use.py")}]}],
-        "Stop": [{"hooks": [{"type": "command", "timeout": 120, "command": "%s -B %s" % (python, hooks / "stop.py")}]}],
+                                                  "command": "%s -B -S %s" % (python, hooks / "pre_tool_use.py")}]}],
+        "Stop": [{"hooks": [{"type": "command", "timeout": 120, "command": "%s -B -S %s" % (python, hooks / "stop.py")}]}],
     }}
     if not settings.allow_web:
         out["permissions"] = {"deny": ["WebFetch", "WebSearch"]}
@@ -97,6 +99,9 @@ def prepare(directory: Path, settings, goal_prompt: Path = None) -> campaign_mod
         target = state / name
         if not target.exists():
             shutil.copytree(source, target, ignore=IGNORED)
+            # compiled once here, so the hooks (run on every tool call) do not compile their source each time;
+            # the integrity record checks these caches against their sources
+            compileall.compile_dir(str(target), quiet=1)
             _read_only(target)
     link = directory / SKILL_LINK
     if not link.exists() and not link.is_symlink():

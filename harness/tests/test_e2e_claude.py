@@ -101,7 +101,7 @@ def test_real_claude_code_is_kept_in_bounds_and_stops_only_when_the_campaign_is_
     # what reached the model
     assert len(api.requests) == len(script), [api.texts(i)[-300:] for i in range(len(api.requests))]
     denied_kubectl = api.texts(1)
-    assert "PreToolUse:Bash hook error" in denied_kubectl and "--context" in denied_kubectl
+    assert "PreToolUse:Bash hook error" in denied_kubectl and "kubectl is not needed" in denied_kubectl
     assert "PreToolUse:Write hook error" in api.texts(2)
     stop_feedback = api.texts(3)
     assert "Stop hook" in stop_feedback and "attune stop --reason" in stop_feedback
