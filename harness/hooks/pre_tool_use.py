@@ -822,7 +822,7 @@ def _analyze_command(cmd, ctx, depth):
         return
     env = {}
     while words and _ASSIGN.match(words[0].raw):
-        name = re.split(r"[\[+=]", words[0].raw, 1)[0]
+        name = re.split(r"[\[+=]", words[0].raw, maxsplit=1)[0]
         if name == "KUBECONFIG":
             raise _Deny(_kubeconfig_reason(ctx))
         env[name] = words[0].text.split("=", 1)[1] if "=" in words[0].text else ""
@@ -938,7 +938,8 @@ def _run(words, env, stdin, ctx, depth):
         return
     prog = os.path.basename(first.text) if "/" in first.text.rstrip("/") else first.text
     if first.glob and _GLOB_CHARS.search(prog):
-        if fnmatch.fnmatchcase("kubectl", prog):
+        # a pattern as the program (k*ctl); a bare * or ? is a case pattern, not a program
+        if re.search(r"[A-Za-z]", prog) and fnmatch.fnmatchcase("kubectl", prog):
             raise _Deny("guard: the program pattern %s may run kubectl (unparsable); spell kubectl out." % prog)
         return
     if prog in ctx.aliases and prog not in ctx.expanding:
@@ -1061,7 +1062,7 @@ def _env(prog, args, env, stdin, ctx, depth):
             continue
         break
     while i < n and _ASSIGN.match(args[i].text):
-        name = re.split(r"[\[+=]", args[i].text, 1)[0]
+        name = re.split(r"[\[+=]", args[i].text, maxsplit=1)[0]
         if name == "KUBECONFIG":
             raise _Deny(_kubeconfig_reason(ctx))
         env[name] = args[i].text.split("=", 1)[1]
@@ -1098,7 +1099,7 @@ def _sudo(prog, args, env, stdin, ctx, depth):
                                  stop_at_operand=True)
     env = dict(env)
     while operands and _ASSIGN.match(operands[0].text):
-        name = re.split(r"[\[+=]", operands[0].text, 1)[0]
+        name = re.split(r"[\[+=]", operands[0].text, maxsplit=1)[0]
         if name == "KUBECONFIG":
             raise _Deny(_kubeconfig_reason(ctx))
         env[name] = operands[0].text.split("=", 1)[1]
@@ -1281,6 +1282,7 @@ _WRITE_CALL = re.compile("|".join([
     r"""\b(shutil|subprocess|FileUtils|child_process)\b""",
     r"""\.(unlink|rename|touch|chmod|rmdir|symlink_to|hardlink_to|mkdir|truncate)\s*\(""",
     r"""\b(unlink|rename|chmod|chown|truncate|rmtree|sysopen|system|exec|qx)\b""",
+    r"""(?<![\w.])(remove|write)\s*\(""",                                   # from os import remove; remove(p)
     r"""\bFile\.(write|open|delete|unlink|rename|chmod|truncate|symlink)\b""",
     r"""\bfs\.(write|append|unlink|rm|rename|chmod|truncate|copyFile|cp|symlink|link|mkdir|createWriteStream|"""
     r"""open)\w*""",
@@ -1299,12 +1301,25 @@ def _check_code(ctx, lang, code, inplace_files=()):
                        ctx.setting("ATTUNE_NAMESPACE") or "NAMESPACE"))
     for w in inplace_files:
         _check_write(ctx, w, "%s in-place edit of" % lang)
-    if _WRITE_CALL.search(code):
-        mention = _mentions_protected(code)
-        if mention:
+    # A write call and a protected name in the same statement, or a write through a variable that
+    # holds a protected path (p = 'ledger.jsonl'; open(p, 'a')). A script that reads the ledger and
+    # writes elsewhere passes.
+    tainted = {}
+    for statement in re.split(r"[;\n]", code):
+        mention = _mentions_protected(statement)
+        assign = re.match(r"^\s*(?:my\s+|let\s+|const\s+|var\s+)?\$?([A-Za-z_]\w*)\s*=(?!=)", statement)
+        if assign and mention and not re.search(r"open\s*\(|read|load", statement):
+            tainted[assign.group(1)] = mention.group(0)
+        if not _WRITE_CALL.search(statement):
+            continue
+        name = mention.group(0) if mention else None
+        for variable, held in tainted.items():
+            if name is None and re.search(r"(?<![\w$])\$?%s\b" % re.escape(variable), statement):
+                name = held
+        if name:
             raise _Deny("guard: this %s code writes and names the protected campaign file %s; records are written "
                         "only by attune verbs (add a note with `attune note TEXT`); %s."
-                        % (lang, mention.group(0).strip("'\""), _NOTES))
+                        % (lang, name.strip("'\""), _NOTES))
 
 
 def _python(prog, args, env, stdin, ctx, depth):
