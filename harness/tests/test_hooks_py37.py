@@ -5,10 +5,10 @@ through unchecked.
 
 The project's own environment is Python 3.10+ and no Python 3.7 interpreter is installed with it,
 so a minimum-version checker stands in: vermin (a test dependency) parses every .py in
-harness/hooks/ and reports each feature newer than 3.7 (walrus, ``f"{x=}"``, ``dict | dict``,
-``str.removeprefix``, ``list[str]`` annotations evaluated at run time, ...). ``--eval-annotations``
-makes it count annotations as evaluated, which is how 3.7 treats them without
-``from __future__ import annotations``.
+harness/hooks/ and harness/hooks/guard/ and reports each feature newer than 3.7 (walrus,
+``f"{x=}"``, ``dict | dict``, ``str.removeprefix``, ``list[str]`` annotations evaluated at run
+time, ...). ``--eval-annotations`` makes it count annotations as evaluated, which is how 3.7
+treats them without ``from __future__ import annotations``.
 
 Where a 3.7 interpreter does exist on the machine (``python3.7`` on PATH, or a pyenv 3.7), the
 test also byte-compiles the hooks with it and runs the guard's whole case table
@@ -32,7 +32,8 @@ if HERE not in sys.path:
 
 import guard_cases  # noqa: E402
 
-HOOK_FILES = sorted(glob.glob(os.path.join(HOOKS, "*.py")))
+HOOK_FILES = sorted(glob.glob(os.path.join(HOOKS, "*.py")) + glob.glob(os.path.join(HOOKS, "guard", "*.py")))
+HOOK_IDS = [os.path.relpath(path, HOOKS).replace(os.sep, "/") for path in HOOK_FILES]
 VERMIN_ARGS = ["--target=3.7-", "--violations", "--eval-annotations", "--no-tips", "-q", "--no-config-file"]
 
 
@@ -64,11 +65,10 @@ def _python37():
 
 
 def test_there_are_hooks():
-    names = [os.path.basename(path) for path in HOOK_FILES]
-    assert "pre_tool_use.py" in names and "campaign_files.py" in names
+    assert "pre_tool_use.py" in HOOK_IDS and "campaign_files.py" in HOOK_IDS and "guard/__init__.py" in HOOK_IDS
 
 
-@pytest.mark.parametrize("path", HOOK_FILES, ids=[os.path.basename(p) for p in HOOK_FILES])
+@pytest.mark.parametrize("path", HOOK_FILES, ids=HOOK_IDS)
 def test_hook_needs_no_newer_python_than_3_7(path):
     proc = subprocess.run(_vermin() + VERMIN_ARGS + [path], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                           timeout=120)

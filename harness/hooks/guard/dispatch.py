@@ -1,0 +1,38 @@
+"""The table from program name to the function that checks a call of it; programs not listed
+are allowed as they are (their redirections are still checked).
+"""
+
+from .commands import (
+    _alias, _cd, _command, _doas, _env, _eval, _exec, _export, _ionice, _nice, _plain_wrapper, _shell,
+    _source, _stdbuf, _sudo, _time, _timeout, _watch, _xargs)
+from .interpreters import _awk, _node, _perl, _ruby
+from .writers import _copy_like, _curl, _dd, _find, _rsync, _sed, _sort, _tee, _wget, _writer_all
+from .kubectl import _kubectl
+
+
+# ----------------------------------------------------------------------------------- dispatch
+_PROGRAMS = {
+    "kubectl": _kubectl, "kubectl.exe": _kubectl,
+    "env": _env, "timeout": _timeout, "nohup": _plain_wrapper, "builtin": _plain_wrapper, "setsid": _exec,
+    "nice": _nice, "sudo": _sudo, "doas": _doas, "time": _time, "command": _command, "exec": _exec,
+    "stdbuf": _stdbuf, "ionice": _ionice, "xargs": _xargs, "watch": _watch,
+    "bash": _shell, "sh": _shell, "dash": _shell, "zsh": _shell, "ksh": _shell, "mksh": _shell, "ash": _shell,
+    "yash": _shell, "fish": _shell,
+    "eval": _eval, "source": _source, ".": _source, "alias": _alias,
+    "export": _export, "declare": _export, "typeset": _export, "local": _export, "readonly": _export,
+    "cd": _cd, "pushd": _cd, "popd": _cd,
+    "perl": _perl, "ruby": _ruby, "node": _node, "nodejs": _node,
+    "awk": _awk, "gawk": _awk, "mawk": _awk, "nawk": _awk,
+    "tee": _tee, "sed": _sed,
+    "mv": _copy_like(True, "%s of"), "cp": _copy_like(False, "%s into"), "ln": _copy_like(False, "%s creating"),
+    "install": _copy_like(False, "%s into", "tSgmo", ("target-directory", "suffix", "group", "mode", "owner")),
+    "rsync": _rsync,
+    "rm": _writer_all("%s of"), "unlink": _writer_all("%s of"), "rmdir": _writer_all("%s of"),
+    "shred": _writer_all("%s of", "nsu", ("iterations", "size")),
+    "mkdir": _writer_all("%s in", "m", ("mode", "context")),
+    "chmod": _writer_all("%s of", "", ("reference",)), "chown": _writer_all("%s of", "", ("reference", "from")),
+    "chgrp": _writer_all("%s of", "", ("reference",)),
+    "touch": _writer_all("%s of", "dtr", ("date", "reference", "time")),
+    "truncate": _writer_all("%s of", "sr", ("size", "reference")),
+    "dd": _dd, "sort": _sort, "curl": _curl, "wget": _wget, "find": _find,
+}
