@@ -173,12 +173,15 @@ class KubeRayBackend(object):
 
     def log_path(self, run_dir: Path) -> Path:
         """Copy the run's log out of the log pod into ``runs/<run>/log.txt`` (streamed) and return it."""
+        return self.copy_out(self.remote_log(run_dir.name), run_dir / "log.txt")
+
+    def copy_out(self, remote: str, target: Path) -> Path:
+        """Stream ``remote`` (a path on the shared volume, as the log pod sees it) into ``target``."""
         from kubernetes.stream import stream
-        run = run_dir.name
-        target = run_dir / "log.txt"
-        tmp = run_dir / "log.txt.partial"
+        target = Path(target)
+        tmp = target.with_name(target.name + ".partial")
         resp = stream(self.core.connect_get_namespaced_pod_exec, self.settings.log_pod, self.namespace,
-                      command=["cat", self.remote_log(run)], stderr=True, stdin=False, stdout=True, tty=False,
+                      command=["cat", remote], stderr=True, stdin=False, stdout=True, tty=False,
                       _preload_content=False, binary=True)
         errors = []
         with open(tmp, "wb") as handle:
@@ -195,7 +198,7 @@ class KubeRayBackend(object):
             tmp.unlink()
             detail = b"".join(errors).decode("utf-8", "replace").strip()
             raise CheckFailed("reading %s through log pod %s failed (exit %s): %s"
-                              % (self.remote_log(run), self.settings.log_pod, code, detail))
+                              % (remote, self.settings.log_pod, code, detail))
         tmp.replace(target)
         return target
 
