@@ -429,6 +429,51 @@ def cmd_report(args) -> int:
     return EXIT_OK
 
 
+@verb("rows", "the fixed-length training rows: build (records and a tokenizer to Parquet), sha (print rows_sha256), "
+              "check (lengths, dtypes, ids, masks, boundaries and the hash; exit 1 naming each problem's row and field)")
+def cmd_rows(args) -> int:
+    from data import check as check_mod, rows as rows_mod  # imported where used: pyarrow and transformers are heavy
+    if args.action == "build":
+        missing = [flag for flag, value in (("--input", args.input), ("--tokenizer", args.tokenizer),
+                                            ("--seq-length", args.seq_length), ("--out", args.out)) if value is None]
+        if missing or args.file:
+            raise InputError("rows build takes --input FILE --tokenizer DIR --seq-length N --out FILE.parquet "
+                             "(missing: %s). Fix: give all four, and no positional FILE" % (", ".join(missing) or "none"))
+        summary = rows_mod.build(args.input, args.tokenizer, args.seq_length, args.out, args.overlong,
+                                 log=lambda text: print("attune rows: %s" % text, file=sys.stderr))
+        counts = summary["counts"]
+        lines = ["out: %s" % summary["out"], "tokenizer: %s" % summary["tokenizer"],
+                 "tokenizer_sha256: %s" % summary["tokenizer_sha256"], "seq_length: %d" % summary["seq_length"],
+                 "overlong: %s" % summary["overlong"]]
+        lines += ["%s: %s" % item for item in sorted(counts.items())]
+        lines += ["packing_efficiency: %.4f" % summary["packing_efficiency"], "seconds: %.3f" % summary["seconds"],
+                  "tokens_per_s: %.1f" % summary["tokens_per_s"], "rows_sha256: %s" % summary["rows_sha256"]]
+        _emit(args, summary, "\n".join(lines))
+        return EXIT_OK
+    if not args.file:
+        raise InputError("rows %s takes the rows file: attune rows %s FILE.parquet" % (args.action, args.action))
+    if args.action == "sha":
+        sha, meta = rows_mod.rows_sha256(args.file)
+        _emit(args, {"file": args.file, "rows_sha256": sha, "seq_length": meta["seq_length"]},
+              "file: %s\nrows_sha256: %s" % (args.file, sha))
+        return EXIT_OK
+    expect, source = args.expect_sha, "--expect-sha"
+    frozen = settings_mod.frozen_path(_dir(args))
+    if expect is None and frozen.exists():
+        expect, source = settings_mod.for_campaign(_dir(args)).rows_sha256 or None, "ATTUNE_ROWS_SHA256 in %s" % frozen
+    result = check_mod.check(args.file, args.seq_length, args.vocab_size, expect, source)
+    lines = ["file: %s" % result["file"], "rows: %d" % result["rows"], "seq_length: %d" % result["seq_length"],
+             "vocab_size: %s" % result["vocab_size"], "rows_sha256: %s" % result["rows_sha256"],
+             "expected_sha256: %s" % ("%s (%s)" % (expect, source) if expect else "none given")]
+    lines += ["problem: %s" % line for line in result["problems"]]
+    lines.append("ok: %s" % ("yes" if result["ok"] else "no"))
+    _emit(args, result, "\n".join(lines))
+    if not result["ok"]:
+        raise CheckFailed("%s: %d problem(s), listed on stdout; the first: %s"
+                          % (args.file, result["problem_count"], result["problems"][0]))
+    return EXIT_OK
+
+
 # ---------------------------------------------------------------------------------------- parser
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="attune", description=__doc__.split("\n\n")[0],
@@ -507,6 +552,22 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("--steps", metavar="A:B", help="only ProfilerStep#A to #B")
             p.add_argument("--recipe", metavar="FILE",
                            help="the run's recipe (RayJob YAML or local.json): parallel layout and micro-batches")
+        elif name == "rows":
+            p.add_argument("action", choices=["build", "sha", "check"],
+                           help="build: write rows; sha: print rows_sha256; check: verify a rows file")
+            p.add_argument("file", nargs="?", help="sha, check: the rows file (.parquet)")
+            p.add_argument("--input", metavar="FILE", help="build: records, .jsonl or .parquet (messages, or prompt/"
+                                                           "response)")
+            p.add_argument("--tokenizer", metavar="DIR", help="build: a local Hugging Face tokenizer directory")
+            p.add_argument("--seq-length", type=int, metavar="N",
+                           help="build: the workload's sequence length; check: expected (default: the file's)")
+            p.add_argument("--out", metavar="FILE", help="build: the rows file to write (.parquet)")
+            p.add_argument("--overlong", choices=["drop", "truncate"], default="drop",
+                           help="build: what to do with a record longer than a row (default drop; both are counted)")
+            p.add_argument("--vocab-size", type=int, metavar="V",
+                           help="check: token ids must be below V (default: the tokenizer's, from the file)")
+            p.add_argument("--expect-sha", metavar="HEX",
+                           help="check: the expected rows_sha256 (default: the campaign's ATTUNE_ROWS_SHA256)")
         elif name == "note":
             p.add_argument("text", help="the note")
             p.add_argument("--run", help="the run the note is about")

@@ -18,7 +18,7 @@ from attune_core import cli
 from attune_core.errors import EXIT_CODES
 
 VERBS = ["init", "settings", "verify", "rank", "status", "budget", "stop", "note", "metrics", "candidate",
-         "launch", "poll", "finalize", "teardown", "topology", "gate", "profile", "report"]
+         "launch", "poll", "finalize", "teardown", "topology", "gate", "profile", "report", "rows"]
 
 
 @pytest.fixture(scope="module")
