@@ -7,7 +7,7 @@
 First launch: validates the settings, prepares the campaign directory (read-only copies of
 ``skill/`` and ``harness/`` under ``.attune/``, the skill linked where Claude Code discovers it, the
 frozen settings, ``levers.md`` seeded from the skill's catalog when it has one, the goal and resume
-prompts, and a Claude Code settings file holding the hooks), records integrity and starts the agent.
+prompts, and a Claude Code settings file holding the hooks), records integrity, checks the rows' rows_sha256 (every launch) and starts the agent.
 A later launch verifies integrity first; ``--session ID`` resumes that agent session with the resume
 prompt. ``--prepare`` does everything but start an agent.
 
@@ -51,7 +51,8 @@ from stop import campaign_state  # noqa: E402
 
 from attune_core import campaign as campaign_mod  # noqa: E402
 from attune_core import settings as settings_mod  # noqa: E402
-from attune_core.errors import EXIT_CHECK_FAILED, EXIT_INTEGRITY, EXIT_OK, EXIT_USAGE, AttuneError  # noqa: E402
+from attune_core.errors import (EXIT_CHECK_FAILED, EXIT_INTEGRITY, EXIT_OK, EXIT_USAGE, AttuneError,  # noqa: E402
+                                InputError)
 
 MAX_CAP_RESUMES = 3
 CLAUDE_SETTINGS = ".attune/claude_settings.json"
@@ -122,6 +123,21 @@ def prepare(directory: Path, settings, goal_prompt: Path = None) -> campaign_mod
     if not settings_path.exists():
         settings_path.write_text(text, encoding="utf-8")
     return campaign
+
+
+def check_rows(settings):
+    """The rows' canonical rows_sha256, read where the runs read them (through the log pod on KubeRay),
+    against ATTUNE_ROWS_SHA256; None when the settings declare no rows. A mismatch is bad input (exit 2)."""
+    if not settings.rows_path:
+        return None
+    from data.preship import rows_digest
+
+    digest = rows_digest(settings)
+    if digest != settings.rows_sha256:
+        raise InputError("ATTUNE_ROWS_SHA256=%s: the rows at ATTUNE_ROWS_PATH=%s hash to %s. Fix: rebuild or restore the "
+                         "rows, or set ATTUNE_ROWS_SHA256 to what `attune rows sha` prints for the rows you mean"
+                         % (settings.rows_sha256, settings.rows_path, digest))
+    return digest
 
 
 def _teardown_live(directory: Path, settings) -> list:
@@ -236,7 +252,10 @@ def launch(directory: Path, goal_prompt: Path = None, session: str = None, prepa
             return _violation_exit(directory, settings, problems)
     elif settings.backend == "kuberay":
         settings.check_files()
+    rows = check_rows(settings)
     campaign = prepare(directory, settings, goal_prompt)
+    if rows:
+        campaign.append("note", text="rows_sha256 checked at launch: %s (%s)" % (rows, settings.rows_path))
     if first:
         integrity.record(str(directory))
     else:

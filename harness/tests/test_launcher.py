@@ -133,3 +133,26 @@ def test_integrity_violation_tears_down_live_runs_and_exits_3(tmp_path):
         time.sleep(0.2)
     assert local.status(directory / "runs" / "t-r001").state == "torn_down"
     assert launch(directory, env)[0] == 3, "a violated campaign never starts again"
+
+
+def test_the_rows_digest_is_checked_at_every_launch(tmp_path):
+    import pytest
+
+    pytest.importorskip("pyarrow", reason="pyarrow is not installed (the data extra)")
+    pytest.importorskip("transformers", reason="transformers is not installed (the data extra)")
+    sys.path.insert(0, str(REPO / "skill" / "scripts" / "tests"))
+    import test_rows
+    from data import rows as rows_mod
+
+    tokenizer = test_rows.save_tokenizer(tmp_path / "tok")
+    source = test_rows.write_jsonl(tmp_path / "in.jsonl", test_rows.records(3))
+    rows_mod.build(source, tokenizer, test_rows.SEQ, tmp_path / "rows.parquet")
+    digest = rows_mod.rows_sha256(tmp_path / "rows.parquet")[0]
+    directory, env = setup(tmp_path)
+    env.update({"ATTUNE_ROWS_PATH": str(tmp_path / "rows.parquet"), "ATTUNE_ROWS_SHA256": "0" * 64})
+    code, out, err = launch(directory, env, "--prepare")
+    assert code == 2 and "hash to %s" % digest in err and not (directory / "ledger.jsonl").exists()
+    env["ATTUNE_ROWS_SHA256"] = digest
+    assert launch(directory, env, "--prepare")[0] == 0
+    notes = [row["text"] for row in campaign_mod.Campaign(directory).ledger.rows() if row["kind"] == "note"]
+    assert notes == ["rows_sha256 checked at launch: %s (%s)" % (digest, tmp_path / "rows.parquet")]

@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import importlib
+import importlib.util
 from pathlib import Path
 from typing import Callable, Optional
 
@@ -21,7 +22,7 @@ from .campaign import INTEGRITY_VIOLATION, RUNS
 from .ranking import RecipeView, RunView
 
 CHECKS = {}
-PLUGIN_MODULES = ()
+PLUGIN_MODULES = ("data.preship",)
 
 
 @dataclasses.dataclass
@@ -88,6 +89,24 @@ def _violation(context: ShipContext):
     return True, "no integrity violation recorded"
 
 
+def _integrity(context: ShipContext):
+    """A campaign the launcher started has its integrity checked again now, with the harness copy it
+    runs from (a campaign made with `attune init` alone has no record to check)."""
+    directory = context.snapshot.campaign.dir
+    module = directory / ".attune" / "harness" / "integrity.py"
+    if not (directory / ".attune" / "integrity.json").exists():
+        return True, "no integrity record (the campaign was not started by harness/launch_campaign.sh)"
+    if not module.is_file():
+        return False, "the campaign has an integrity record but no harness copy to check it with"
+    spec = importlib.util.spec_from_file_location("attune_campaign_integrity", str(module))
+    integrity = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(integrity)
+    problems = integrity.verify(str(directory))
+    if problems:
+        return False, "integrity check failed: %s" % (problems[0].get("message") or problems[0].get("what"))
+    return True, "integrity record verified"
+
+
 def _recipe_file(context: ShipContext):
     path = context.recipe_file
     if path is None:
@@ -103,4 +122,5 @@ def _recipe_file(context: ShipContext):
 register("leader", _leader)
 register("gate", _gate)
 register("integrity_violation", _violation)
+register("integrity", _integrity)
 register("recipe_file", _recipe_file)

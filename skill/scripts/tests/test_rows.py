@@ -325,3 +325,21 @@ def test_cli_build_sha_and_check(built, tok_dir, tmp_path, capsys):
                      "--seq-length", str(SEQ), "--out", str(out)]) == 2
     assert "missing.jsonl: no such file" in capsys.readouterr().err
     assert cli.main(["rows", "sha"]) == 2
+
+
+def test_the_rows_pre_ship_check_recomputes_the_digest(built, tmp_path):
+    """A campaign that declared rows ships only while they still hash to ATTUNE_ROWS_SHA256."""
+    from factory import Builder, settings
+
+    from attune_core import preship, snapshot
+    from data.rows import rows_sha256
+
+    path = built[0] / "rows.parquet"
+    digest = rows_sha256(path)[0]
+    for expected, ok in ((digest, True), ("0" * 64, False)):
+        b = Builder(tmp_path / expected[:4], settings(ATTUNE_ROWS_PATH=str(path), ATTUNE_ROWS_SHA256=expected))
+        b.baseline(runs=3)
+        snap = snapshot.take(b.campaign.dir)
+        outcome = dict((name, (passed, detail)) for name, passed, detail in
+                       preship.run_all(preship.ShipContext(snap, snap.ranking.leader, None)))
+        assert outcome["rows_sha256"][0] is ok, outcome["rows_sha256"]
