@@ -25,7 +25,8 @@ SESSIONS = ".attune/sessions.jsonl"
 APPEND_ONLY = ("ledger.jsonl", "gpu_hours.jsonl", "levers.md")
 HEADS = ("ledger.jsonl.head", "gpu_hours.jsonl.head")
 SESSION_PROTECTED = ("goal_prompt.txt", "resume_prompt.txt")
-PROTECTED = (".attune/", "runs/", "RESULTS.md", "REPORT.md", "recipe.yaml", "results_throughput.png") \
+PROTECTED = (".attune/", "runs/", "RESULTS.md", "REPORT.md", "recipe.yaml", "results_throughput.png",
+             "past_tuning_project.json") \
     + APPEND_ONLY + HEADS + SESSION_PROTECTED
 FREE = ("notes.md", "scratch/")
 

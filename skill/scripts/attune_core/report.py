@@ -13,7 +13,7 @@ import dataclasses
 import os
 from typing import Optional
 
-from . import preship
+from . import preship, project_summary
 from .campaign import REPORT, SHIPPED_RECIPE
 from .results import SIMULATED, budget_lines, cell, describe_change, pct, tok
 from .snapshot import Snapshot
@@ -180,6 +180,7 @@ def write(snapshot: Snapshot) -> Outcome:
         os.replace(recipe_path, withdrawn)
     report_path = directory / REPORT
     atomic_write(report_path, render(snapshot, checks, shipped, payback).encode("utf-8"))
+    atomic_write(directory / project_summary.SUMMARY, project_summary.render(snapshot, shipped))
     return Outcome(shipped, checks, str(report_path), str(recipe_path) if shipped else None, withdrawn, payback)
 
 

@@ -91,3 +91,21 @@ def test_describe_change_shapes():
     assert describe_change({"replicas": 4}) == "replicas=4"
     assert describe_change("free text") == "free text"
     assert describe_change(None) == ""
+
+
+def test_report_leaves_a_past_tuning_project_summary(tmp_path):
+    import json
+    import shutil
+
+    from conftest import DATA
+
+    from attune_core import cli
+
+    directory = tmp_path / "campaign"
+    shutil.copytree(DATA / "campaign_basic", directory)
+    cli.main(["report", "--campaign", str(directory)])
+    summary = json.loads((directory / "past_tuning_project.json").read_text())
+    assert summary["schema_version"] == 1 and summary["campaign"] == "test-fixture-20261102"
+    assert summary["baseline"]["run"] == "r001" and summary["kept"][0]["run"] == "r004"
+    assert {lever["run"] for lever in summary["rejected"]} >= {"r006", "r009"}
+    assert summary["gpu_hours_spent"] > 0
