@@ -28,30 +28,7 @@ FAKE_MEGATRON = REPO / "skill" / "scripts" / "tests" / "data" / "fake_megatron.p
 CLAUDE_VERSION = "2.1.332"
 DEFAULT_BIN = REPO / ".ci" / "claude-cli" / "node_modules" / "@anthropic-ai" / "claude-code-linux-x64" / "claude"
 
-RECIPE = """apiVersion: ray.io/v1
-kind: RayJob
-metadata:
-  name: e2e-baseline
-spec:
-  entrypoint: |
-    {python} {script} \\
-      --tensor-model-parallel-size 1 --micro-batch-size 1 --global-batch-size 8 \\
-      --seq-length 128 --num-layers 2 --seed 1 --train-iters 20
-  runtimeEnvYAML: |
-    env_vars:
-      FAKE_MODE: ok
-  rayClusterSpec:
-    workerGroupSpecs:
-      - groupName: workers
-        replicas: 1
-        template:
-          spec:
-            containers:
-              - name: worker
-                resources:
-                  limits:
-                    nvidia.com/gpu: 1
-"""
+RECIPE = (REPO / "skill" / "scripts" / "tests" / "data" / "recipes" / "local_fake_megatron.yaml").read_text()
 
 
 def claude_bin():

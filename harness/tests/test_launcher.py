@@ -22,8 +22,7 @@ from attune_core import campaign as campaign_mod  # noqa: E402
 from attune_core import runs as runs_mod  # noqa: E402
 from attune_core import settings as settings_mod  # noqa: E402
 
-RECIPE = (HERE.parent.parent / "harness" / "tests" / "test_e2e_claude.py").read_text().split('RECIPE = """')[1] \
-    .split('"""')[0]
+RECIPE = (REPO / "skill" / "scripts" / "tests" / "data" / "recipes" / "local_fake_megatron.yaml").read_text()
 
 
 def setup(tmp_path, mode="ok"):

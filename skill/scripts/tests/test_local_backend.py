@@ -13,30 +13,7 @@ from factory import settings as make_settings
 from attune_core import campaign as campaign_mod
 from attune_core import cli, ranking, runs
 
-RECIPE = """apiVersion: ray.io/v1
-kind: RayJob
-metadata:
-  name: local-test
-spec:
-  entrypoint: |
-    {python} {script} \\
-      --tensor-model-parallel-size 1 --micro-batch-size 1 --global-batch-size 8 \\
-      --seq-length 128 --num-layers 2 --seed 1 --train-iters 20
-  runtimeEnvYAML: |
-    env_vars:
-      FAKE_MODE: ok
-  rayClusterSpec:
-    workerGroupSpecs:
-      - groupName: workers
-        replicas: 1
-        template:
-          spec:
-            containers:
-              - name: worker
-                resources:
-                  limits:
-                    nvidia.com/gpu: 1
-"""
+RECIPE = (DATA / "recipes" / "local_fake_megatron.yaml").read_text()
 
 
 @pytest.fixture
