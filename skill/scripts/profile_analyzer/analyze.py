@@ -16,7 +16,7 @@ from typing import Optional
 import numpy as np
 
 from . import intervals as iv
-from .collect import CLASS_NAMES, COMM, COMPUTE, RankTrace
+from .collect import CLASS_NAMES, COMM, COMPUTE, RankTrace, kernel_class
 
 # HTA's launch calls (get_cuda_kernel_launch_stats) and the others a trace may hold (driver API, HIP).
 HTA_LAUNCHES = ("cudaLaunchKernel", "cudaLaunchKernelExC", "cudaMemcpyAsync", "cudaMemsetAsync")
@@ -260,11 +260,8 @@ def top_kernels(t: Timeline, n: int = TOP_KERNELS) -> list:
     total = np.bincount(t.name[k], weights=(t.end[k] - t.start[k]), minlength=len(t.trace.names))
     count = np.bincount(t.name[k], minlength=len(t.trace.names))
     busy = iv.length(t.merged(t.keep)) or 1.0
-    cls_of = {}
-    for i in k:
-        cls_of.setdefault(int(t.name[i]), int(t.cls[i]))
     order = np.argsort(-total)[:n]
-    return [{"name": t.trace.names[i][:160], "class": CLASS_NAMES[cls_of.get(int(i), COMPUTE)], "count": int(count[i]),
+    return [{"name": t.trace.names[i][:160], "class": CLASS_NAMES[kernel_class(t.trace.names[i])], "count": int(count[i]),
              "total_us": float(total[i]), "share_of_busy": round(float(total[i]) / busy, 4)}
             for i in order if count[i]]
 

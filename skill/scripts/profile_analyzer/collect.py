@@ -30,10 +30,9 @@ _RANK_IN_NAME = re.compile(r"rank[-_]?(\d+)", re.IGNORECASE)
 
 # Collective of a communication kernel, from its name (NCCL >= 2.19 ncclDevKernel_<Coll>_..., older
 # ncclKernel_<Coll>_..., RCCL) or from the "Collective name" argument Kineto adds.
-_COLLECTIVES = (("allreduce", "all_reduce"), ("all_reduce", "all_reduce"), ("reducescatter", "reduce_scatter"),
-                ("reduce_scatter", "reduce_scatter"), ("allgather", "all_gather"), ("all_gather", "all_gather"),
-                ("alltoall", "all_to_all"), ("all_to_all", "all_to_all"), ("sendrecv", "send_recv"),
-                ("send", "send_recv"), ("recv", "send_recv"), ("broadcast", "broadcast"), ("reduce", "reduce"))
+_COLLECTIVES = (("allreduce", "all_reduce"), ("reducescatter", "reduce_scatter"), ("allgather", "all_gather"),
+                ("alltoall", "all_to_all"), ("sendrecv", "send_recv"), ("send", "send_recv"), ("recv", "send_recv"),
+                ("broadcast", "broadcast"), ("reduce", "reduce"))  # first match wins, so "reduce" comes last
 
 
 def kernel_class(name: str) -> int:
@@ -47,13 +46,11 @@ def kernel_class(name: str) -> int:
 
 
 def collective(name: str, args: Optional[dict] = None) -> str:
-    text = ""
-    if args:
-        text = str(args.get("Collective name") or "").lower().replace(" ", "_")
-    for source in (text, name.lower()):
-        flat = source.replace("-", "_")
+    text = str(args.get("Collective name") or "") if args else ""
+    for source in (text, name):
+        squashed = source.lower().replace("_", "").replace("-", "").replace(" ", "")
         for needle, label in _COLLECTIVES:
-            if needle in flat.replace("_", "") or needle in flat:
+            if needle in squashed:
                 return label
     return "other"
 
@@ -156,7 +153,7 @@ def load(path, steps: Optional[tuple] = None) -> RankTrace:
     """Read one trace file into a ``RankTrace``."""
     trace = RankTrace(path)
     reader = TraceReader(path)
-    name_index, coll_index, launch_index = {}, {}, {}
+    name_index, coll_index, launch_index, labels = {}, {}, {}, {}
     l_corr, l_ts, l_dur, l_name, l_tid = (trace.launches.corr, trace.launches.ts, trace.launches.dur,
                                           trace.launches.name, trace.launches.tid)
     ts_a, dur_a, stream_a, cls_a, name_a, corr_a, coll_a = (trace.ts, trace.dur, trace.stream, trace.cls, trace.name,
@@ -199,7 +196,10 @@ def load(path, steps: Optional[tuple] = None) -> RankTrace:
                 name_a.append(index)
                 corr_a.append(_int_or(args.get("correlation"), -1))
                 if cls == COMM:
-                    label = collective(name, args)
+                    key = (name, args.get("Collective name"))
+                    label = labels.get(key)
+                    if label is None:
+                        label = labels[key] = collective(name, args)
                     ci = coll_index.get(label)
                     if ci is None:
                         ci = coll_index[label] = len(trace.collectives)
