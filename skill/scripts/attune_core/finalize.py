@@ -41,10 +41,7 @@ def metrics_columns(parsed: dict, seq_length: Optional[int], gpus: int) -> tuple
     steps from the last place where the iteration number went back."""
     steps = parsed["steps"]
     warnings = []
-    start = 0
-    for index in range(1, len(steps)):
-        if steps[index]["step"] <= steps[index - 1]["step"]:
-            start = index
+    start = logparse.last_run_start(steps)
     if start:
         warnings.append("the log restarts at line %d (iteration %d after %d); only the last run is scored"
                         % (steps[start]["line_no"], steps[start]["step"], steps[start - 1]["step"]))

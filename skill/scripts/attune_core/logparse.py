@@ -302,6 +302,16 @@ def parse_file(path) -> dict:
     return result
 
 
+def last_run_start(steps: list) -> int:
+    """Index of the first step of the log's last run: after the last place where the iteration number
+    went back (a restarted pod, or two runs in one log); 0 when the log holds one run."""
+    start = 0
+    for index in range(1, len(steps)):
+        if steps[index]["step"] <= steps[index - 1]["step"]:
+            start = index
+    return start
+
+
 def _warn_about_steps(out: dict) -> None:
     seen = {}
     for step in out["steps"]:

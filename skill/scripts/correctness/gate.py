@@ -91,10 +91,7 @@ def load_run(path, role: str = "run") -> RunDir:
     parsed = logparse.parse_file(log)
     warnings = list(parsed.get("warnings", []))
     records = parsed["steps"]
-    start = 0
-    for index in range(1, len(records)):
-        if records[index]["step"] <= records[index - 1]["step"]:
-            start = index
+    start = logparse.last_run_start(records)
     if start:
         warnings.append("%s restarts at line %d; only its last run is compared" % (log, records[start]["line_no"]))
     steps = {}
