@@ -90,7 +90,7 @@ def allocate_run(campaign: Campaign, prefix: str) -> tuple:
 
 
 def new(campaign: Campaign, settings, parent: str, changes: list, lever: str, hypothesis: str,
-        gpu: str = None) -> dict:
+        gpu: str = None, pod_hooks: list = None) -> dict:
     """Check and write a candidate; return its record. Nothing is written when a check fails."""
     if not lever or not lever.strip():
         raise InputError("--lever is empty: name the one lever this candidate tries (levers.md)")
@@ -115,5 +115,7 @@ def new(campaign: Campaign, settings, parent: str, changes: list, lever: str, hy
     record = {"run": run, "parent": parent, "change": change, "lever": lever.strip(),
               "hypothesis": hypothesis.strip(), "gpus": child.gpus(),
               "recipe_sha256": hashlib.sha256(text.encode("utf-8")).hexdigest()}
+    if pod_hooks:
+        record["pod_hooks"] = pod_hooks
     (directory / "candidate.json").write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
     return record

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from . import budget as budget_mod
 from . import campaign as campaign_mod
+from . import podhooks
 from . import report as report_mod
 from . import results as results_mod
 from . import settings as settings_mod
@@ -256,10 +257,12 @@ def cmd_candidate(args) -> int:
     campaign.require_ledger()
     settings = campaign.settings(config_file=args.config)
     changes = candidates.parse_changes(args.set or (), args.unset or (), args.env or (), args.unset_env or ())
-    record = candidates.new(campaign, settings, args.parent, changes, args.lever, args.hypothesis, args.gpu)
+    record = candidates.new(campaign, settings, args.parent, changes, args.lever, args.hypothesis, args.gpu,
+                            podhooks.parse(args.pod_hook))
     lines = ["run: %s" % record["run"], "recipe: %s" % (campaign.run_dir(record["run"]) / "recipe.yaml"),
              "parent: %s" % record["parent"], "lever: %s" % record["lever"], "gpus: %d" % record["gpus"]]
     lines += ["change: %s" % results_mod.describe_change(item) for item in record["change"]]
+    lines += ["pod_hook: %s" % podhooks.describe(hook) for hook in record.get("pod_hooks", ())]
     _emit(args, record, "\n".join(lines))
     return EXIT_OK
 
@@ -276,9 +279,12 @@ def cmd_launch(args) -> int:
     campaign = campaign_mod.Campaign(_dir(args))
     settings = _settings(args, campaign)
     row = runs_mod.launch(campaign, settings, run=args.run, baseline=args.baseline, repeat_of=args.repeat_of,
-                          confirm=args.confirm, expected_gpu_hours=args.expected_gpu_hours, gpu=args.gpu)
-    _emit(args, {"launch": row}, "run: %s\npurpose: %s\ngpus: %d\nbackend: %s" % (
-        row["run"], row["purpose"], row["gpus"], row["backend"]))
+                          confirm=args.confirm, expected_gpu_hours=args.expected_gpu_hours, gpu=args.gpu,
+                          pod_hooks=podhooks.parse(args.pod_hook), profile_of=args.profile_of)
+    lines = ["run: %s" % row["run"], "purpose: %s" % row["purpose"], "gpus: %d" % row["gpus"],
+             "backend: %s" % row["backend"]]
+    lines += ["pod_hook: %s" % podhooks.describe(hook) for hook in row.get("pod_hooks", ())]
+    _emit(args, {"launch": row}, "\n".join(lines))
     return EXIT_OK
 
 
@@ -379,7 +385,15 @@ def cmd_gate(args) -> int:
 def cmd_profile(args) -> int:
     from profile_analyzer import profile as profile_mod
     steps = _steps(args.steps) if args.steps else None
-    result = profile_mod.run(args.traces, steps, args.recipe)
+    traces, recipe = args.traces, args.recipe
+    if args.run:
+        from . import runs as runs_mod
+        campaign = campaign_mod.Campaign(_dir(args))
+        traces = [str(path) for path in runs_mod.traces(campaign, _settings(args, campaign), args.run)] + traces
+        recipe = recipe or str(campaign.run_dir(args.run) / "recipe.yaml")
+    if not traces:
+        raise InputError("no traces: give trace files or folders, or --run RUN for a run launched with --profile-of")
+    result = profile_mod.run(traces, steps, recipe)
     agg = result["aggregate"]
     lines = ["traces: %d file(s), %d rank(s)%s" % (len(result["files"]), agg["ranks"],
                                                   " (PARTIAL: a file ended early)" if result["partial"] else "")]
@@ -520,6 +534,8 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("--hypothesis", required=True,
                            help="what the change should move (which bottleneck number) and by about how much")
             p.add_argument("--gpu", help="GPU model (h100, b200, ...) for the rules that depend on it")
+            p.add_argument("--pod-hook", action="append", metavar="NAME[:KEY=VALUE,...]",
+                           help="run the candidate through this in-pod hook (scripts/pod_hooks/README.md); repeatable")
         elif name == "launch":
             p.add_argument("run", nargs="?", help="a candidate written by `attune candidate new`")
             p.add_argument("--baseline", action="store_true", help="launch the baseline (again: a repeat)")
@@ -528,6 +544,11 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("--expected-gpu-hours", type=float, metavar="H",
                            help="GPUs x expected hours (needed with a GPU-hour budget)")
             p.add_argument("--gpu", help="GPU model (h100, b200, ...) for the legality rules that depend on it")
+            p.add_argument("--profile-of", metavar="RUN",
+                           help="launch RUN's recipe again through the profiler and gpu_facts hooks (purpose profile, "
+                                "never ranked); set the steps with --pod-hook profiler:start=N,end=M")
+            p.add_argument("--pod-hook", action="append", metavar="NAME[:KEY=VALUE,...]",
+                           help="also run this launch through an in-pod hook (scripts/pod_hooks/README.md); repeatable")
         elif name in ("poll", "finalize", "teardown", "topology"):
             p.add_argument("run", help="the run id")
             if name == "finalize":
@@ -548,7 +569,9 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("--rules", metavar="FILE",
                            help="your overrides of the argument classes (default: the ATTUNE_GATE_RULES setting)")
         elif name == "profile":
-            p.add_argument("traces", nargs="+", metavar="TRACE", help="trace files (.json or .json.gz), or folders of them")
+            p.add_argument("traces", nargs="*", metavar="TRACE", help="trace files (.json or .json.gz), or folders of them")
+            p.add_argument("--run", help="a run of the campaign launched through the profiler hook (--profile-of): "
+                                         "its traces, fetched through the log pod on KubeRay, and its recipe")
             p.add_argument("--steps", metavar="A:B", help="only ProfilerStep#A to #B")
             p.add_argument("--recipe", metavar="FILE",
                            help="the run's recipe (RayJob YAML or local.json): parallel layout and micro-batches")

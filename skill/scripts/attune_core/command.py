@@ -168,5 +168,16 @@ class Command:
             text = text[:start] + text[self.words[last].end:]
         return Command(text)
 
+    def wrap(self, words: list) -> str:
+        """The command text with ``words`` put before the training command: after the last operator
+        before the program and any ``NAME=value`` words there (so those still reach it), e.g.
+        ``cd /x && A=1 torchrun t.py ...`` becomes ``cd /x && A=1 <words> torchrun t.py ...``."""
+        first = self.program_index
+        while first > 0 and self.words[first - 1].value not in _OPERATORS \
+                and not _ENV_WORD.match(self.words[first - 1].value):
+            first -= 1
+        at = self.words[first].start
+        return self.text[:at] + " ".join(quote(word) for word in words) + " " + self.text[at:]
+
     def _replace(self, start: int, end: int, new: str) -> "Command":
         return Command(self.text[:start] + new + self.text[end:])

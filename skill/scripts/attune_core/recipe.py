@@ -207,6 +207,10 @@ class Recipe(object):
         line = "%s%s: %s\n" % (indent, name, json.dumps(str(value)))
         return self._env.splice(inner_text[:at] + line + inner_text[at:])
 
+    def with_command(self, text: str) -> "Recipe":
+        """The recipe with ``spec.entrypoint`` replaced by ``text``."""
+        return Recipe(self._entry.splice(text), self.source)
+
     def with_name(self, name: str) -> "Recipe":
         """The recipe with ``metadata.name`` (the RayJob's name) set to ``name``."""
         root = yaml.compose(self.text, Loader=yaml.SafeLoader)

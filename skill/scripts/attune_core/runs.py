@@ -10,9 +10,10 @@ import datetime
 import hashlib
 import json
 import time
+from pathlib import Path
 from typing import Optional
 
-from . import backends, budget as budget_mod, legality, workload
+from . import backends, budget as budget_mod, legality, podhooks, workload
 from . import snapshot as snapshot_mod
 from .campaign import Campaign
 from .chainlog import parse_ts
@@ -25,6 +26,17 @@ HANG_AFTER_S = 900.0
 PENDING_AFTER_S = 1800.0
 
 
+PROFILE_HOOKS = [{"name": "profiler"}, {"name": "gpu_facts"}]
+
+
+def _merge_hooks(own: list, extra: list) -> list:
+    """A candidate's hooks, then the launch's; a hook named again takes the later arguments."""
+    merged = {}
+    for hook in list(own) + list(extra):
+        merged[hook["name"]] = hook
+    return list(merged.values())
+
+
 def _launch_rows(campaign: Campaign) -> dict:
     return {row["run"]: row for row in campaign.ledger.rows() if row["kind"] == "launch"}
 
@@ -35,10 +47,13 @@ def _first_baseline(launches: dict) -> Optional[str]:
 
 
 def launch(campaign: Campaign, settings, run: str = None, baseline: bool = False, repeat_of: str = None,
-           confirm: bool = False, expected_gpu_hours: float = None, gpu: str = None) -> dict:
-    """Launch a candidate (``run``), a baseline run, or a repeat/confirmation of ``repeat_of``."""
-    if sum(bool(x) for x in (run, baseline, repeat_of)) != 1:
-        raise InputError("give exactly one of RUN, --baseline or --repeat-of RUN")
+           confirm: bool = False, expected_gpu_hours: float = None, gpu: str = None, pod_hooks: list = None,
+           profile_of: str = None) -> dict:
+    """Launch a candidate (``run``), a baseline run, a repeat/confirmation of ``repeat_of``, or a profile
+    run of ``profile_of`` (its recipe through the ``profiler`` and ``gpu_facts`` hooks; never ranked).
+    ``pod_hooks`` (records from ``podhooks.parse``) add to a candidate's own and override them by name."""
+    if sum(bool(x) for x in (run, baseline, repeat_of, profile_of)) != 1:
+        raise InputError("give exactly one of RUN, --baseline, --repeat-of RUN or --profile-of RUN")
     launches = _launch_rows(campaign)
     first_baseline = _first_baseline(launches)
     record = {}
@@ -50,11 +65,15 @@ def launch(campaign: Campaign, settings, run: str = None, baseline: bool = False
                               % "; ".join(str(v) for v in violations))
         purpose, parent = ("repeat", first_baseline) if first_baseline else ("baseline", None)
         text = recipe.render()
-    elif repeat_of:
-        if repeat_of not in launches:
-            raise InputError("--repeat-of %s: the ledger has no launch of that run" % repeat_of)
-        text = (campaign.run_dir(repeat_of) / "recipe.yaml").read_text(encoding="utf-8")
-        purpose, parent = ("confirm" if confirm else "repeat"), repeat_of
+    elif repeat_of or profile_of:
+        source = repeat_of or profile_of
+        if source not in launches:
+            raise InputError("--%s %s: the ledger has no launch of that run"
+                             % ("repeat-of" if repeat_of else "profile-of", source))
+        text = (campaign.run_dir(source) / "recipe.yaml").read_text(encoding="utf-8")
+        purpose, parent = ("profile" if profile_of else "confirm" if confirm else "repeat"), source
+        if profile_of:
+            record = {"pod_hooks": PROFILE_HOOKS}
     else:
         if run in launches:
             raise InputError("run %s was launched already; repeat it with --repeat-of %s" % (run, run))
@@ -69,6 +88,10 @@ def launch(campaign: Campaign, settings, run: str = None, baseline: bool = False
         if parent is None:
             raise InputError("launch the baseline first (`attune launch --baseline`): the candidate's parent is it")
     recipe = Recipe(text)
+    hooks = _merge_hooks(record.get("pod_hooks") or [], pod_hooks or [])
+    if hooks:  # checked before anything is written
+        podhooks.check(hooks)
+        podhooks.scripts_dir(settings)
     state = snapshot_mod.take(campaign.dir).budget
     budget_mod.check_launch(state, expected_gpu_hours)
     if not run:
@@ -76,14 +99,16 @@ def launch(campaign: Campaign, settings, run: str = None, baseline: bool = False
         (directory / "recipe.yaml").write_text(text, encoding="utf-8")
     payload = {"run": run, "purpose": purpose, "recipe_sha256": hashlib.sha256(text.encode("utf-8")).hexdigest(),
                "gpus": recipe.gpus(), "backend": settings.backend}
+    submitted = podhooks.wrap(recipe, hooks, settings, run, campaign.run_dir(run))
     for key, value in (("parent", parent), ("change", record.get("change")), ("lever", record.get("lever")),
-                       ("hypothesis", record.get("hypothesis")), ("expected_gpu_hours", expected_gpu_hours)):
+                       ("hypothesis", record.get("hypothesis")), ("expected_gpu_hours", expected_gpu_hours),
+                       ("pod_hooks", hooks or None)):
         if value is not None:
             payload[key] = value
     row = campaign.append("launch", **payload)
     backend = backends.get(settings.backend, settings)
     try:
-        backend.submit(run, recipe.with_name(run), campaign.run_dir(run))
+        backend.submit(run, submitted.with_name(run), campaign.run_dir(run))
     except Exception as exc:  # the launch row exists: record the failure rather than leave it open
         campaign.append("result", run=run, status="failed",
                         failure={"class": "crash", "evidence": "submission failed: %s" % exc, "source": "backend"})
@@ -169,3 +194,39 @@ def topology(campaign: Campaign, settings, run: str) -> dict:
         before = json.loads((campaign.run_dir(baseline) / "topology.json").read_text())["got"]
         summary["not_comparable"] = topology_mod.comparable(before, summary["got"])
     return summary
+
+
+def traces(campaign: Campaign, settings, run: str) -> list:
+    """The torch.profiler traces a run's ``profiler`` hook found (pod_hooks.json), as local files: read in
+    place on the local backend, copied out through the log pod into ``runs/<run>/traces/`` on KubeRay."""
+    launches = _launch_rows(campaign)
+    if run not in launches:
+        raise InputError("the ledger has no launch of run %s" % run)
+    if not any(hook["name"] == "profiler" for hook in launches[run].get("pod_hooks") or ()):
+        raise InputError("run %s was not launched through the profiler hook. Fix: `attune launch --profile-of %s`"
+                         % (run, run))
+    run_dir = campaign.run_dir(run)
+    remote = podhooks.out_dir(settings, run, run_dir) + "/pod_hooks.json"
+    backend = backends.get(settings.backend, settings)
+    kube = settings.backend == "kuberay"
+    try:
+        path = backend.copy_out(remote, run_dir / "pod_hooks.json") if kube else Path(remote)
+        record = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError, CheckFailed) as exc:
+        raise CheckFailed("run %s: no readable %s (%s): has the run started?" % (run, remote, exc))
+    if record.get("status") != "finished":
+        raise CheckFailed("run %s is still running (pod_hooks.json says %s): profile it once it has ended"
+                          % (run, record.get("status")))
+    hook = next((h for h in record.get("hooks", ()) if h.get("name") == "profiler"), {})
+    found = (hook.get("facts") or {}).get("traces") or []
+    if not found:
+        raise CheckFailed("run %s: the profiler hook found no trace (%s%s)" % (
+            run, hook.get("status", "not run"), "; " + "; ".join(hook["warnings"]) if hook.get("warnings") else ""))
+    if not kube:
+        return [Path(name) for name in found]
+    local = []
+    for n, name in enumerate(found):
+        target = run_dir / "traces" / ("%d-%s" % (n, name.rsplit("/", 1)[-1]))
+        target.parent.mkdir(parents=True, exist_ok=True)
+        local.append(backend.copy_out(name, target))
+    return local

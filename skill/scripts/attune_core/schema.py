@@ -29,7 +29,8 @@ LEDGER_KINDS = {
         {"run": "str", "purpose": "enum:" + "|".join(LAUNCH_PURPOSES), "recipe_sha256": "str",
          "gpus": "int", "backend": "str"},
         {"parent": "str?", "change": "any", "hypothesis": "str", "lever": "str",
-         "expected_gpu_hours": "number", "recipe_path": "str", "simulated": "bool"},
+         "expected_gpu_hours": "number", "recipe_path": "str", "simulated": "bool",
+         "pod_hooks": "list"},
     ),
     "result": (
         {"run": "str", "status": "enum:" + "|".join(RESULT_STATUSES)},

@@ -73,6 +73,10 @@ SPECS = (
     Spec("AUTOTUNE_LOG_POD", "log_pod", "str", "",
          "pod that mounts the shared volume read-only to read run logs (kuberay: required)", "attune-log-reader",
          group="cluster"),
+    Spec("ATTUNE_POD_SCRIPTS", "pod_scripts", "str", "",
+         "skill/scripts as the run pods see it (a copy on the shared volume), for launches through the in-pod "
+         "hooks (kuberay: needed for --pod-hook and --profile-of; local: this installation's)", "/mnt/shared/attune/scripts",
+         group="cluster"),
     Spec("AUTOTUNE_GPUH_BUDGET", "gpuh_budget", "float", "",
          "budget in GPU-hours; set exactly one of this and AUTOTUNE_BUDGET", "200", group="budget"),
     Spec("AUTOTUNE_BUDGET", "run_budget", "int", "",
@@ -132,6 +136,7 @@ class Settings:
     noise_floor: float
     baseline_repeats: int
     gate_rules: str = ""
+    pod_scripts: str = ""
 
     @property
     def budget_kind(self) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+import yaml
 from conftest import DATA
 from fake_kube import FakeKube
 from factory import settings as make_settings
@@ -181,3 +182,36 @@ def test_a_run_pending_past_the_limit_is_torn_down_as_unschedulable(kube, cluste
 
 def test_resources_are_what_the_recipe_asks(backend):
     assert backend.resources(Recipe(TEXT)) == {"nodes": 2, "gpus": 16, "gpus_per_node": [8], "gpu_model": None}
+
+
+def test_a_profile_run_on_the_cluster_is_wrapped_and_its_traces_come_through_the_log_pod(kube, cluster_campaign):
+    import dataclasses
+
+    from attune_core import runs
+    campaign, settings = cluster_campaign
+    base = runs.launch(campaign, settings, baseline=True, expected_gpu_hours=3.0)["run"]
+    with pytest.raises(InputError, match="ATTUNE_POD_SCRIPTS is not set"):
+        runs.launch(campaign, settings, profile_of=base, expected_gpu_hours=3.0)
+    assert [row["run"] for row in campaign.ledger.rows() if row["kind"] == "launch"] == [base]
+    settings = dataclasses.replace(settings, pod_scripts="/mnt/shared/attune/scripts")
+    row = runs.launch(campaign, settings, profile_of=base, expected_gpu_hours=3.0,
+                      pod_hooks=[{"name": "profiler", "args": {"start": "10", "end": "12", "ranks": "0,8"}}])
+    run = row["run"]
+    assert row["purpose"] == "profile" and row["recipe_sha256"] == \
+        [r for r in campaign.ledger.rows() if r.get("run") == base][0]["recipe_sha256"]
+    entry = kube.rayjobs[("ml-tuning", run)]["spec"]["entrypoint"]
+    assert entry.startswith("cd /opt/megatron && python3 /mnt/shared/attune/scripts/pod_hooks/wrap.py --hooks "
+                            "profiler,gpu_facts --hook-arg profiler.end=12 --hook-arg profiler.ranks=0,8 "
+                            "--hook-arg profiler.start=10 --out /mnt/shared/%s/pod_hooks -- python3 pretrain_gpt.py \\\n"
+                            % run)
+    assert entry.split(" -- ", 1)[1] == yaml.safe_load(
+        (campaign.run_dir(base) / "recipe.yaml").read_text())["spec"]["entrypoint"].split("&& ", 1)[1]
+    trace = "/mnt/shared/%s/pod_hooks/profile/rank_0.1764000000.pt.trace.json.gz" % run
+    record = {"schema_version": 1, "status": "finished", "hooks": [
+        {"name": "profiler", "status": "ok", "facts": {"traces": [trace]}}]}
+    kube.files[("log-reader", "/mnt/shared/%s/pod_hooks/pod_hooks.json" % run)] = json.dumps(record).encode()
+    kube.files[("log-reader", trace)] = b"\x1f\x8b trace bytes"
+    paths = runs.traces(campaign, settings, run)
+    assert [p.read_bytes() for p in paths] == [b"\x1f\x8b trace bytes"]
+    assert paths[0].parent == campaign.run_dir(run) / "traces"
+    assert kube.execs[-1] == ("log-reader", ["cat", trace])

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib.util
+import json
 import os
 import sys
 import time
@@ -113,3 +115,72 @@ def test_topology_of_local_runs(campaign, capsys):
     wait(campaign, settings, second, ("succeeded",))
     assert cli.main(["topology", second, "--campaign", str(campaign.dir)]) == 0
     assert cli.main(["topology", "nope", "--campaign", str(campaign.dir)]) == 2
+
+
+def test_a_candidate_runs_through_its_pod_hooks(campaign):
+    campaign, settings = campaign
+    runs.launch(campaign, settings, baseline=True)
+    assert cli.main(["candidate", "new", "--campaign", str(campaign.dir), "--parent", "baseline", "--env",
+                     "FAKE_TAG=hooks", "--lever", "test", "--hypothesis", "hooks",
+                     "--pod-hook", "gpu_facts", "--pod-hook", "nccl_debug:level=WARN,subsys=INIT"]) == 0
+    run = sorted(os.listdir(campaign.dir / "runs"))[-1]
+    record = json.loads((campaign.run_dir(run) / "candidate.json").read_text())
+    assert record["pod_hooks"] == [{"name": "gpu_facts"}, {"name": "nccl_debug",
+                                                           "args": {"level": "WARN", "subsys": "INIT"}}]
+    row = runs.launch(campaign, settings, run=run)
+    assert row["pod_hooks"] == record["pod_hooks"] and row["recipe_sha256"] == record["recipe_sha256"]
+    command = json.loads((campaign.run_dir(run) / "local.json").read_text())["command"]
+    assert "pod_hooks/wrap.py --hooks gpu_facts,nccl_debug" in command
+    assert "--hook-arg nccl_debug.level=WARN --hook-arg nccl_debug.subsys=INIT" in command
+    wait(campaign, settings, run, ("succeeded",))
+    result = runs.finalize(campaign, settings, run)
+    assert result["status"] == "finished" and result["metrics"]["iter"] == list(range(1, 21))
+    hooks = json.loads((campaign.run_dir(run) / "pod_hooks" / "pod_hooks.json").read_text())
+    assert hooks["status"] == "finished" and hooks["exit_code"] == 0
+    assert hooks["launched"][-1] == "20" and "--seed" in hooks["launched"] and hooks["launched"] == hooks["entrypoint"]  # the training argv, unchanged
+    by_name = {hook["name"]: hook for hook in hooks["hooks"]}
+    assert by_name["nccl_debug"]["status"] == "ok" and by_name["nccl_debug"]["facts"]["set"]["NCCL_DEBUG"] == "WARN"
+    assert by_name["gpu_facts"]["status"] in ("ok", "skipped")
+
+
+def test_an_unknown_hook_is_refused_before_anything_is_written(campaign, capsys):
+    campaign, settings = campaign
+    before = sorted(os.listdir(campaign.dir / "runs")) if (campaign.dir / "runs").exists() else []
+    assert cli.main(["candidate", "new", "--campaign", str(campaign.dir), "--parent", "baseline", "--set",
+                     "seed=3", "--lever", "test", "--hypothesis", "x", "--pod-hook", "flamegraph"]) == 2
+    assert "unknown hook flamegraph; valid hooks: gpu_facts, nccl_debug, oom_snapshot, profiler" in \
+        capsys.readouterr().err
+    assert cli.main(["launch", "--campaign", str(campaign.dir), "--baseline", "--pod-hook",
+                     "profiler:start=late"]) == 2
+    assert "--pod-hook: profiler.start=late: expected an integer" in capsys.readouterr().err
+    after = sorted(os.listdir(campaign.dir / "runs")) if (campaign.dir / "runs").exists() else []
+    assert after == before and not campaign.ledger.rows()[1:]
+
+
+@pytest.mark.skipif(importlib.util.find_spec("torch") is None,
+                    reason="torch is not installed (the pod extra): no real trace can be recorded")
+def test_a_profile_run_records_real_traces_that_profile_reads(campaign, capsys):
+    campaign, settings = campaign
+    base = runs.launch(campaign, settings, baseline=True)["run"]
+    wait(campaign, settings, base, ("succeeded",))
+    runs.finalize(campaign, settings, base)
+    run = candidate(campaign, "torch")
+    runs.launch(campaign, settings, run=run)
+    wait(campaign, settings, run, ("succeeded",))
+    runs.finalize(campaign, settings, run)
+    capsys.readouterr()
+    assert cli.main(["launch", "--campaign", str(campaign.dir), "--profile-of", run,
+                     "--pod-hook", "profiler:start=3,end=5", "--json"]) == 0
+    row = json.loads(capsys.readouterr().out)["launch"]
+    assert row["purpose"] == "profile" and row["parent"] == run
+    assert row["pod_hooks"] == [{"name": "profiler", "args": {"end": "5", "start": "3"}}, {"name": "gpu_facts"}]
+    wait(campaign, settings, row["run"], ("succeeded",), timeout=60.0)
+    assert runs.finalize(campaign, settings, row["run"])["status"] == "finished"
+    assert cli.main(["profile", "--campaign", str(campaign.dir), "--run", row["run"], "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert len(result["files"]) == 1 and result["files"][0].endswith(".pt.trace.json.gz")
+    assert sorted(result["aggregate"]["step_time_us"]) == ["3", "4"]
+    ranked = ranking.build(campaign.ledger.rows())
+    assert not ranked.run(row["run"]).score.rankable  # the profiler slows the steps it records
+    assert cli.main(["profile", "--campaign", str(campaign.dir), "--run", base]) == 2
+    assert "not launched through the profiler hook" in capsys.readouterr().err

@@ -135,3 +135,25 @@ def test_diff_of_apply_is_the_change(history, change):
                  and "CUDA" not in line]
     for line in untouched:
         assert line in child.render().splitlines()
+
+
+@pytest.mark.parametrize("entry, expected", [
+    ("python3 pretrain_gpt.py --lr 1", "W -- python3 pretrain_gpt.py --lr 1"),
+    ("cd /opt/m && A=1 B='x y' torchrun --nproc 8 pretrain_gpt.py \\\n  --lr 1 | tee /l/log.txt",
+     "cd /opt/m && A=1 B='x y' W -- torchrun --nproc 8 pretrain_gpt.py \\\n  --lr 1 | tee /l/log.txt"),
+    ("set -e; python3 -u /root/slime/train.py --x", "set -e; W -- python3 -u /root/slime/train.py --x"),
+])
+def test_wrap_puts_words_before_the_training_command_and_keeps_the_rest(entry, expected):
+    wrapped = Command(entry).wrap(["W", "--"])
+    assert wrapped == expected
+    assert Command(wrapped).args() == Command(entry).args() and Command(wrapped).prefix_env() == Command(entry).prefix_env()
+
+
+def test_pod_hook_arguments_parse_with_commas_in_values_and_are_checked():
+    from attune_core import podhooks
+    assert podhooks.parse(["profiler:start=10,end=12,ranks=0,8", "gpu_facts"]) == [
+        {"name": "profiler", "args": {"start": "10", "end": "12", "ranks": "0,8"}}, {"name": "gpu_facts"}]
+    for bad, message in (("profiler:8", "is not KEY=VALUE"), ("profiler:depth=2", "profiler takes dir, end"),
+                         ("nope", "unknown hook nope"), ("profiler:end=1,start=5", "profiler.end=1: expected an integer >= 6")):
+        with pytest.raises(InputError, match=message):
+            podhooks.parse([bad])

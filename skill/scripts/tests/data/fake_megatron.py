@@ -1,9 +1,12 @@
 """Prints Megatron-LM iteration lines (SYNTHETIC numbers) for the local backend's tests.
 
 FAKE_MODE: ok (20 iterations, exit 0), hang (5 iterations, then sleeps), killed (5 iterations, then
-SIGKILL to itself), oom (a CUDA out-of-memory error, exit 1).
+SIGKILL to itself), oom (a CUDA out-of-memory error, exit 1), torch (each iteration is a real CPU
+torch step of a small MLP, inside pod_hooks.profiler.maybe_profile when the profiler hook exposed
+it; the lines carry the step's measured time).
 """
 
+import contextlib
 import os
 import signal
 import sys
@@ -15,7 +18,28 @@ LINE = (" [2026-11-02 09:00:{sec:02d}] iteration {it:8d}/      20 | consumed sam
         "number of nan iterations:   0 |")
 mode = os.environ.get("FAKE_MODE", "ok")
 print("argv:", " ".join(sys.argv[1:]), flush=True)
+if mode == "torch":
+    import torch
+
+    try:
+        from pod_hooks.profiler import maybe_profile
+    except ImportError:
+        def maybe_profile(step):
+            return contextlib.nullcontext()
+    model = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.ReLU(), torch.nn.Linear(256, 64))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    data = torch.randn(32, 64, generator=torch.Generator().manual_seed(1))
 for it in range(1, 21):
+    if mode == "torch":
+        began = time.perf_counter()
+        with maybe_profile(it):
+            loss = model(data).pow(2).mean()
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+        print(LINE.format(sec=it, it=it, cs=8 * it, ms=(time.perf_counter() - began) * 1000, loss=loss.item()),
+              flush=True)
+        continue
     if it == 6 and mode == "hang":
         time.sleep(600)
     if it == 6 and mode == "killed":
