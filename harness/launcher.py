@@ -108,11 +108,7 @@ def prepare(directory: Path, settings, goal_prompt: Path = None) -> campaign_mod
     if not link.exists() and not link.is_symlink():
         link.parent.mkdir(parents=True, exist_ok=True)
         link.symlink_to(Path("..") / ".." / ".attune" / "skill")
-    campaign = campaign_mod.init(directory, settings)
-    levers = directory / "levers.md"
-    catalog = REPO / "skill" / "references" / "levers.md"
-    if not levers.exists() and catalog.is_file():
-        shutil.copyfile(catalog, levers)
+    campaign = campaign_mod.init(directory, settings)  # copies the lever catalog to levers.md
     for key, name in PROMPTS.items():
         path = directory / name
         if not path.exists():

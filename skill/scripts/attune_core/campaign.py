@@ -5,11 +5,13 @@ from __future__ import annotations
 import datetime
 import math
 import os
+import shutil
 from pathlib import Path
 
 from . import __version__, settings as settings_mod
 from .chainlog import ChainLog
 from .errors import InputError
+from .levers import CATALOG as LEVER_CATALOG
 from .schema import validate_gpu_hour_row, validate_ledger_row, validate_new_ledger_row
 
 LEDGER = "ledger.jsonl"
@@ -91,4 +93,7 @@ def init(directory, settings, campaign_id: str = None, ts: str = None, note: str
             payload["note"] = note
         campaign.ledger.append("campaign", payload,
                                campaign=campaign_id or default_campaign_id(settings), ts=ts)
+    levers = campaign.dir / "levers.md"
+    if not levers.exists() and LEVER_CATALOG.is_file():  # the campaign's copy, which its lessons extend
+        shutil.copyfile(LEVER_CATALOG, levers)
     return campaign

@@ -225,6 +225,20 @@ def cmd_note(args) -> int:
     return EXIT_OK
 
 
+@verb("lesson", "append the lesson of a tested candidate to the campaign's levers.md (runs, result vs parent with "
+                "the band, gate and verdict from the ledger; the sentence is yours) and note it in the ledger")
+def cmd_lesson(args) -> int:
+    from . import lessons
+    snap = _snapshot(args)
+    text = lessons.entry(snap, args.run, args.text, args.lever)
+    if not args.dry_run:
+        lessons.append(snap.campaign.dir / "levers.md", text)
+        snap.campaign.append("note", run=args.run, text="lesson: " + " | ".join(
+            line[2:].replace("**", "") for line in text.splitlines()[1:]))
+    _emit(args, {"lesson": text, "written": not args.dry_run}, text.rstrip("\n"))
+    return EXIT_OK
+
+
 @verb("metrics", "parse a training log (Megatron-LM, Megatron-Bridge, slime) into steps, memory, timers, "
                  "slime records and failures")
 def cmd_metrics(args) -> int:
@@ -554,6 +568,12 @@ def build_parser() -> argparse.ArgumentParser:
             if name == "finalize":
                 p.add_argument("--hang-after", type=float, metavar="S",
                                help="seconds without a new log line after which a running run is hung (900)")
+        elif name == "lesson":
+            p.add_argument("run", help="the candidate run the lesson is about")
+            p.add_argument("--text", required=True,
+                           help="the setup (model, GPUs, layout) and what to do differently next time")
+            p.add_argument("--lever", help="the lever id (default: the candidate's; 'other: <flag>' outside the catalog)")
+            p.add_argument("--dry-run", action="store_true", help="print the entry; write nothing")
         elif name == "metrics":
             p.add_argument("log", help="the log file (any size: it is read line by line)")
             p.add_argument("--exit-code", type=int, help="the run's exit code, for failure triage")

@@ -19,7 +19,7 @@ CATALOG = Path(__file__).resolve().parents[2] / "references" / "levers.md"
 
 _ID = re.compile(r"^[a-z0-9][a-z0-9-]*$")
 _FIELD = re.compile(r"^- \*\*(?P<name>[^*]+)\*\*:\s*(?P<text>.*)$")
-_LESSON = re.compile(r"^### (?P<date>\d{4}-\d{2}-\d{2}) (?P<lever>\S+) \(campaign (?P<campaign>[^)]+)\)\s*$")
+_LESSON = re.compile(r"^### (?P<date>\d{4}-\d{2}-\d{2}) (?P<lever>\S+|other: \S+) \(campaign (?P<campaign>[^)]+)\)\s*$")
 _FLAG = re.compile(r"(?<![\w-])(--[a-z0-9][a-z0-9_-]*)")
 _ENV = re.compile(r"(?<![\w-])([A-Z][A-Z0-9_]{2,})=")
 

@@ -26,7 +26,7 @@ SHELL_OPERATORS = {"|", "||", "&&", ";", "&", ">", ">>", "<"}
 TYPED_PLACEHOLDERS = {"H": "0.5", "GPUH": "0.5", "S": "900", "N": "4096", "V": "32000"}
 # Verbs the procedure must use: the loop cannot run without them.
 LOOP_VERBS = {"status", "verify", "settings", "budget", "launch", "poll", "finalize", "rank", "candidate", "gate",
-              "note", "metrics", "profile", "topology", "teardown", "stop", "report", "rows"}
+              "note", "lesson", "metrics", "profile", "topology", "teardown", "stop", "report", "rows"}
 
 
 def _text(path):

@@ -1,0 +1,110 @@
+"""``attune lesson``: append what a tested lever change taught to the campaign's ``levers.md``.
+
+The entry follows the catalog's "Appending lessons" format. Only the lesson sentence is the
+agent's: the lever, the runs, the result against the parent with the band, the gate and the
+verdict all come from the ledger through the ranking (measurement.md), so a lesson can never carry
+a number read by eye. ``levers.md`` is append-only (the harness checks its recorded prefix); the
+entry is also recorded as a ledger note on the run.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+from pathlib import Path
+
+from . import levers as levers_mod
+from .errors import CheckFailed, InputError
+
+HEADING = "# Campaign lessons"
+HURT_CLASSES = ("oom", "crash", "nan_loss", "hang", "nccl_timeout")
+
+
+def verdict(ranking, run) -> tuple:
+    """``(verdict, result text)`` of a finalized candidate run, from the ranking alone."""
+    band = ranking.band
+    if not run.finalized:
+        raise CheckFailed("run %s is still in flight: finalize it first (`attune finalize %s`)" % (run.run, run.run))
+    klass = (run.failure or {}).get("class")
+    recipe = ranking.recipe_of(run.run)
+    if recipe.score is None:
+        if klass in HURT_CLASSES:
+            return "hurt", "%s (%s); no tokens/s/GPU" % (run.status, klass)
+        if klass == "config_error":
+            return "rejected", "config_error: Megatron refused the configuration"
+        raise CheckFailed("run %s was never measured (%s%s): the change was not tried, so there is no lesson yet. "
+                          "Fix: relaunch it (`attune launch --repeat-of %s`) or record a note"
+                          % (run.run, run.status, ", %s" % klass if klass else "", run.run))
+    parent = ranking.recipe_of(run.parent)
+    change = ranking.relative(recipe.score, parent)
+    if change is None:
+        raise CheckFailed("run %s: its parent %s has no score to compare with" % (run.run, run.parent))
+    result = "%+.1f%% tokens/s/GPU vs parent (band ±%.1f%%)" % (change * 100, band * 100)
+    gate = recipe.gate
+    if change > band and gate is None:
+        raise CheckFailed("run %s beats its parent beyond the band but is not gated: gate it first "
+                          "(`attune gate --run %s`)" % (run.run, run.run))
+    reasons = sorted({reason for r in recipe.runs for reason in r.gate_reasons})
+    result += "; gate %s" % ("not run" if gate is None else "pass" if gate == "pass" else
+                             "fail: %s" % (reasons[0] if reasons else "see gate.json"))
+    if change < -band:
+        return "hurt", result
+    if change > band and gate == "pass":
+        return "kept", result
+    return "rejected", result
+
+
+def entry(snapshot, run_id: str, text: str, lever: str = None, today: str = None) -> str:
+    """The lesson entry for ``run_id`` (a candidate of this campaign), in the catalog's format."""
+    ranking = snapshot.ranking
+    run = ranking.run(run_id)
+    if run is None:
+        raise InputError("the ledger has no run %s" % run_id)
+    if run.purpose != "candidate":
+        raise InputError("run %s is a %s run: a lesson is about a candidate's lever change. Fix: give the candidate's "
+                         "run id" % (run_id, run.purpose))
+    text = " ".join((text or "").split())
+    if not text:
+        raise InputError("--text is empty: say the setup (model, GPUs, layout) and what to do differently next time")
+    lever = (lever or run.lever or "").strip()
+    path = snapshot.campaign.dir / "levers.md"
+    try:
+        text_now = _read(path)
+        catalog = {item["id"] for item in levers_mod.parse(text_now)}
+        lessons = levers_mod.parse_lessons(text_now)
+    except ValueError as exc:
+        raise InputError("%s does not parse (%s). Fix: restore the catalog part from skill/references/levers.md"
+                         % (path, exc))
+    if lever not in catalog and not lever.startswith("other: "):
+        raise InputError("lever %r is not in levers.md. Fix: --lever with a catalog id, or --lever 'other: <flag>' "
+                         "for a change outside the catalog" % lever)
+    done = [item for item in lessons if run_id in item.get("Runs", "").replace(",", " ").split()]
+    if done:
+        raise InputError("run %s has a lesson already (%s %s): one lesson per tested change"
+                         % (run_id, done[0]["date"], done[0]["lever"]))
+    found, result = verdict(ranking, run)
+    recipe = ranking.recipe_of(run_id)
+    runs = ", ".join("%s (%s)" % (r.run, r.purpose) for r in recipe.runs)
+    today = today or datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d")
+    return ("### %s %s (campaign %s)\n- **Runs**: %s\n- **Result**: %s\n- **Verdict**: %s\n- **Lesson**: %s\n"
+            % (today, lever, snapshot.campaign.id, runs, result, found, text))
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise InputError("%s: cannot read the campaign's lever catalog (%s). Fix: restore it from "
+                         "skill/references/levers.md" % (path, exc))
+
+
+def append(path: Path, text: str) -> None:
+    """Append ``text`` under ``# Campaign lessons`` (the heading written once), flushed to disk."""
+    before = _read(path)
+    prefix = "" if before.endswith("\n") else "\n"
+    if not any(line.strip() == HEADING for line in before.splitlines()):
+        prefix += "\n%s\n" % HEADING
+    with open(path, "a", encoding="utf-8") as handle:
+        handle.write(prefix + "\n" + text)
+        handle.flush()
+        os.fsync(handle.fileno())
