@@ -121,21 +121,6 @@ def prepare(directory: Path, settings, goal_prompt: Path = None) -> campaign_mod
     return campaign
 
 
-def check_rows(settings):
-    """The rows' canonical rows_sha256, read where the runs read them (through the log pod on KubeRay),
-    against ATTUNE_ROWS_SHA256; None when the settings declare no rows. A mismatch is bad input (exit 2)."""
-    if not settings.rows_path:
-        return None
-    from data.preship import rows_digest
-
-    digest = rows_digest(settings)
-    if digest != settings.rows_sha256:
-        raise InputError("ATTUNE_ROWS_SHA256=%s: the rows at ATTUNE_ROWS_PATH=%s hash to %s. Fix: rebuild or restore the "
-                         "rows, or set ATTUNE_ROWS_SHA256 to what `attune rows sha` prints for the rows you mean"
-                         % (settings.rows_sha256, settings.rows_path, digest))
-    return digest
-
-
 def _teardown_live(directory: Path, settings) -> list:
     from attune_core import runs as runs_mod
     campaign = campaign_mod.Campaign(directory)
@@ -248,6 +233,8 @@ def launch(directory: Path, goal_prompt: Path = None, session: str = None, prepa
             return _violation_exit(directory, settings, problems)
     elif settings.backend == "kuberay":
         settings.check_files()
+    from data.preship import check_rows
+
     rows = check_rows(settings)
     campaign = prepare(directory, settings, goal_prompt)
     if rows:

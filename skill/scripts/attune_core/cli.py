@@ -457,10 +457,12 @@ def cmd_report(args) -> int:
     return EXIT_OK
 
 
-@verb("rows", "the fixed-length training rows: build (records and a tokenizer to Parquet), sha (print rows_sha256), "
-              "check (lengths, dtypes, ids, masks, boundaries and the hash; exit 1 naming each problem's row and field)")
+@verb("rows", "the fixed-length training rows: build (records and a tokenizer to Parquet), from-slime / to-slime "
+              "(slime rollout dumps to rows and back), sha (print rows_sha256), check (lengths, dtypes, ids, masks, "
+              "boundaries and the hash; exit 1 naming each problem's row and field)")
 def cmd_rows(args) -> int:
-    from data import check as check_mod, rows as rows_mod  # imported where used: pyarrow and transformers are heavy
+    # imported where used: pyarrow, transformers and torch are heavy
+    from data import check as check_mod, rollout as rollout_mod, rows as rows_mod
     if args.action == "build":
         missing = [flag for flag, value in (("--input", args.input), ("--tokenizer", args.tokenizer),
                                             ("--seq-length", args.seq_length), ("--out", args.out)) if value is None]
@@ -478,27 +480,58 @@ def cmd_rows(args) -> int:
                   "tokens_per_s: %.1f" % summary["tokens_per_s"], "rows_sha256: %s" % summary["rows_sha256"]]
         _emit(args, summary, "\n".join(lines))
         return EXIT_OK
-    if not args.file:
-        raise InputError("rows %s takes the rows file: attune rows %s FILE.parquet" % (args.action, args.action))
+    if args.action == "from-slime":
+        if not args.file or not args.out:
+            raise InputError("rows from-slime takes DUMP... --out FILE.parquet (a DUMP: a .pt file slime's "
+                             "--save-debug-rollout-data wrote, or its template with {rollout_id}). Fix: give both")
+        summary = rollout_mod.from_slime(args.file, args.out, args.seq_length, args.vocab_size, args.pad_token_id)
+        lines = ["out: %s" % summary["out"], "source: %s" % summary["source"],
+                 "rollout_ids: %s" % " ".join(map(str, summary["rollouts"])), "seq_length: %d" % summary["seq_length"]]
+        lines += ["%s: %s" % item for item in sorted(summary["counts"].items())]
+        lines.append("rows_sha256: %s" % summary["rows_sha256"])
+        _emit(args, summary, "\n".join(lines))
+        return EXIT_OK
+    if len(args.file) != 1:
+        raise InputError("rows %s takes one file: attune rows %s FILE.parquet (or a dump's %s)"
+                         % (args.action, args.action, rollout_mod.MANIFEST))
+    path = args.file[0]
+    if args.action == "to-slime":
+        if not args.out:
+            raise InputError("rows to-slime takes FILE.parquet --out DIR. Fix: give the folder to write the dump to")
+        summary = rollout_mod.to_slime(path, args.out)
+        lines = ["out: %s" % summary["out"], "manifest: %s" % summary["manifest"],
+                 "rollout_ids: %s" % " ".join(map(str, summary["rollouts"])), "samples: %d" % summary["samples"],
+                 "seq_length: %d" % summary["seq_length"], "rows_sha256: %s" % summary["rows_sha256"],
+                 "launch: %s" % summary["launch"]]
+        if summary["missing_rollouts"]:
+            lines.append("note: no rollout %s in the rows: slime reads every id from --start-rollout-id to "
+                         "--num-rollout - 1" % ", ".join(map(str, summary["missing_rollouts"])))
+        _emit(args, summary, "\n".join(lines))
+        return EXIT_OK
+    dump = rollout_mod.is_manifest(path)
     if args.action == "sha":
-        sha, meta = rows_mod.rows_sha256(args.file)
-        _emit(args, {"file": args.file, "rows_sha256": sha, "seq_length": meta["seq_length"]},
-              "file: %s\nrows_sha256: %s" % (args.file, sha))
+        sha, meta = (rollout_mod.dump_sha256 if dump else rows_mod.rows_sha256)(path)
+        _emit(args, {"file": path, "rows_sha256": sha, "seq_length": meta["seq_length"]},
+              "file: %s\nrows_sha256: %s" % (path, sha))
         return EXIT_OK
     expect, source = args.expect_sha, "--expect-sha"
     frozen = settings_mod.frozen_path(_dir(args))
     if expect is None and frozen.exists():
         expect, source = settings_mod.for_campaign(_dir(args)).rows_sha256 or None, "ATTUNE_ROWS_SHA256 in %s" % frozen
-    result = check_mod.check(args.file, args.seq_length, args.vocab_size, expect, source)
+    if dump:
+        result = check_mod.check_dump(path, args.seq_length, expect, source)
+    else:
+        result = check_mod.check(path, args.seq_length, args.vocab_size, expect, source)
     lines = ["file: %s" % result["file"], "rows: %d" % result["rows"], "seq_length: %d" % result["seq_length"],
              "vocab_size: %s" % result["vocab_size"], "rows_sha256: %s" % result["rows_sha256"],
              "expected_sha256: %s" % ("%s (%s)" % (expect, source) if expect else "none given")]
+    lines += ["note: %s" % line for line in result["notes"]]
     lines += ["problem: %s" % line for line in result["problems"]]
     lines.append("ok: %s" % ("yes" if result["ok"] else "no"))
     _emit(args, result, "\n".join(lines))
     if not result["ok"]:
         raise CheckFailed("%s: %d problem(s), listed on stdout; the first: %s"
-                          % (args.file, result["problem_count"], result["problems"][0]))
+                          % (path, result["problem_count"], result["problems"][0]))
     return EXIT_OK
 
 
@@ -596,19 +629,27 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("--recipe", metavar="FILE",
                            help="the run's recipe (RayJob YAML or local.json): parallel layout and micro-batches")
         elif name == "rows":
-            p.add_argument("action", choices=["build", "sha", "check"],
-                           help="build: write rows; sha: print rows_sha256; check: verify a rows file")
-            p.add_argument("file", nargs="?", help="sha, check: the rows file (.parquet)")
+            p.add_argument("action", choices=["build", "from-slime", "to-slime", "sha", "check"],
+                           help="build: write rows; from-slime: slime rollout dumps to rows; to-slime: rows to slime "
+                                "dumps; sha: print rows_sha256; check: verify a rows file")
+            p.add_argument("file", nargs="*", help="sha, check: the rows file (.parquet) or a dump's attune_dump.json; "
+                                                   "to-slime: the rows file; from-slime: the dumps (.pt files, or a "
+                                                   "template with {rollout_id})")
             p.add_argument("--input", metavar="FILE", help="build: records, .jsonl or .parquet (messages, or prompt/"
                                                            "response)")
             p.add_argument("--tokenizer", metavar="DIR", help="build: a local Hugging Face tokenizer directory")
             p.add_argument("--seq-length", type=int, metavar="N",
-                           help="build: the workload's sequence length; check: expected (default: the file's)")
-            p.add_argument("--out", metavar="FILE", help="build: the rows file to write (.parquet)")
+                           help="build: the workload's sequence length; from-slime: the row length (default: the "
+                                "longest sample rounded up to a multiple of 128); check: expected (default: the file's)")
+            p.add_argument("--out", metavar="FILE", help="build, from-slime: the rows file to write (.parquet); "
+                                                         "to-slime: the folder to write the dump to")
             p.add_argument("--overlong", choices=["drop", "truncate"], default="drop",
                            help="build: what to do with a record longer than a row (default drop; both are counted)")
             p.add_argument("--vocab-size", type=int, metavar="V",
-                           help="check: token ids must be below V (default: the tokenizer's, from the file)")
+                           help="from-slime: the model's vocabulary size, checked and recorded; check: token ids "
+                                "must be below V (default: the one recorded in the file)")
+            p.add_argument("--pad-token-id", type=int, default=0, metavar="P",
+                           help="from-slime: the token that fills a row after its last sample (default 0)")
             p.add_argument("--expect-sha", metavar="HEX",
                            help="check: the expected rows_sha256 (default: the campaign's ATTUNE_ROWS_SHA256)")
         elif name == "note":

@@ -94,6 +94,10 @@ def launch(campaign: Campaign, settings, run: str = None, baseline: bool = False
         podhooks.scripts_dir(settings)
     state = snapshot_mod.take(campaign.dir).budget
     budget_mod.check_launch(state, expected_gpu_hours)
+    rows = None
+    if settings.rows_path:  # every run trains on the declared rows, read where the run reads them
+        from data.preship import check_rows
+        rows = check_rows(settings)
     if not run:
         run, directory = allocate_run(campaign, settings.run_prefix)
         (directory / "recipe.yaml").write_text(text, encoding="utf-8")
@@ -102,7 +106,7 @@ def launch(campaign: Campaign, settings, run: str = None, baseline: bool = False
     submitted = podhooks.wrap(recipe, hooks, settings, run, campaign.run_dir(run))
     for key, value in (("parent", parent), ("change", record.get("change")), ("lever", record.get("lever")),
                        ("hypothesis", record.get("hypothesis")), ("expected_gpu_hours", expected_gpu_hours),
-                       ("pod_hooks", hooks or None)):
+                       ("pod_hooks", hooks or None), ("rows_sha256", rows)):
         if value is not None:
             payload[key] = value
     row = campaign.append("launch", **payload)

@@ -93,7 +93,8 @@ SPECS = (
     Spec("AUTOTUNE_ALLOW_WEB", "allow_web", "bool", "1",
          "let the agent use web search and fetch (0 for evaluation campaigns)", "1", group="agent"),
     Spec("ATTUNE_ROWS_PATH", "rows_path", "str", "",
-         "the fixed-length training rows (Parquet) every run trains on, as the run pods see it", "", group="data"),
+         "the fixed-length training rows every run trains on, as the run pods see it: the rows Parquet file, or a "
+         "slime dump's attune_dump.json", "", group="data"),
     Spec("ATTUNE_ROWS_SHA256", "rows_sha256", "str", "",
          "rows_sha256 of those rows (attune rows sha); checked at every launch and before shipping", "",
          group="data"),

@@ -7,14 +7,24 @@ Checked: the ``attune.rows`` metadata and its sequence length; each column's typ
 increases and ends within the row, that the padding after the last document holds the pad token
 and no loss, and that the mask is not all zero; then ``rows_sha256`` against the hash the file
 records and against the expected one (``--expect-sha`` or ``ATTUNE_ROWS_SHA256``).
+
+Rows from slime rollouts (metadata ``source`` ``slime-rollout``) are checked the same way, plus
+the ``doc_sample`` column: list<string>, exactly one JSON string per document, each
+``{"rollout": int, "sample": {...}}`` with a ``response_length`` within the document. A row with no
+loss is allowed there (a sample may carry none: slime's ``remove_sample``). Without a vocabulary
+size (none recorded, no ``--vocab-size``) the ids are not checked against one, and ``notes`` says so.
+A dump manifest (``check_dump``) is checked by recomputing its rows_sha256 from its samples.
 """
 
 from __future__ import annotations
+
+import json
 
 import numpy as np
 
 from attune_core.errors import InputError
 
+from . import rollout as rollout_mod
 from . import rows as rows_mod
 from .tokenize import require
 
@@ -50,7 +60,9 @@ def check(path, seq_length=None, vocab_size=None, expect_sha=None, expect_source
     vocab = vocab_size or meta.get("vocab_size")
     pad = meta.get("pad_token_id")
     schema = handle.schema_arrow
-    for name in rows_mod.COLUMNS:
+    rollout = meta.get("source") == rollout_mod.SOURCE
+    samples = rows_mod.SAMPLES in schema.names
+    for name in rows_mod.COLUMNS + ((rows_mod.SAMPLES,) if rollout or samples else ()):
         if name not in schema.names:
             found.add(None, name, "column missing")
             continue
@@ -61,27 +73,53 @@ def check(path, seq_length=None, vocab_size=None, expect_sha=None, expect_source
             found.add(None, name, "type %s, expected list<%s>" % (shown, want))
     hashable = all(name in schema.names and pa.types.is_list(schema.field(name).type)
                    and pa.types.is_integer(schema.field(name).type.value_type) for name in rows_mod.COLUMNS)
-    hasher = rows_mod.Hasher(int(seq)) if hashable else None
+    samples = samples and pa.types.is_list(schema.field(rows_mod.SAMPLES).type) \
+        and pa.types.is_string(schema.field(rows_mod.SAMPLES).type.value_type)
+    hashable = hashable and (samples or rows_mod.SAMPLES not in schema.names)
+    hasher = rows_mod.Hasher(int(seq), samples) if hashable else None
     n_rows = 0
     for batch in rows_mod.batches(handle):
-        _check_batch(batch, int(seq), vocab, pad, found)
+        _check_batch(batch, int(seq), vocab, pad, found, no_loss_ok=rollout)
+        if samples:
+            _check_samples(batch, found)
         if hasher is not None:
             rows_mod.feed(hasher, batch, path)
         n_rows += batch.n
     sha = hasher.hexdigest() if hasher is not None else None
     if sha is None:
         found.add(None, "rows_sha256", "not computed: a column is missing or not a list of integers")
-    else:
-        if meta.get("rows_sha256") and meta["rows_sha256"] != sha:
-            found.add(None, "metadata.rows_sha256", "the file records %s but its rows hash to %s: the rows changed "
-                      "after they were built" % (meta["rows_sha256"], sha))
+    notes = [] if vocab else ["vocab_size: none recorded and no --vocab-size: token ids were not checked against a "
+                              "vocabulary (pass --vocab-size V to check them)"]
+    return _result(path, n_rows, int(seq), vocab, pad, sha, meta.get("rows_sha256"), "metadata", expect_sha,
+                   expect_source, found, notes)
+
+
+def check_dump(manifest, seq_length=None, expect_sha=None, expect_source="--expect-sha") -> dict:
+    """Check a dump (``attune_dump.json``): its rows_sha256 recomputed from its samples, against the manifest's
+    and the expected one. A file that is missing, changed or unreadable is an InputError."""
+    sha, info = rollout_mod.dump_sha256(manifest)
+    found = Problems()
+    if seq_length and info["seq_length"] != seq_length:
+        found.add(None, "manifest.seq_length", "%d, expected %d" % (info["seq_length"], seq_length))
+    notes = ["a dump is checked by its hash: its token ids are the rows' when it matches (check the rows file for "
+             "ids and masks)"]
+    return _result(manifest, info["counts"]["rows"], info["seq_length"], None, info["pad_token_id"], sha,
+                   info["recorded_sha256"], "manifest", expect_sha, expect_source, found, notes)
+
+
+def _result(path, n_rows, seq, vocab, pad, sha, recorded, recorder, expect_sha, expect_source, found, notes):
+    """The check's result; ``recorded`` is the hash the ``recorder`` (metadata, manifest) holds."""
+    if sha is not None:
+        if recorded and recorded != sha:
+            found.add(None, recorder + ".rows_sha256", "the %s records %s but its rows hash to %s: the rows changed "
+                      "after they were built" % ("file" if recorder == "metadata" else recorder, recorded, sha))
         if expect_sha and expect_sha != sha:
             found.add(None, "rows_sha256", "%s, expected %s (%s)" % (sha, expect_sha, expect_source))
     if found.total > len(found.lines):
         found.lines.append("... and %d more problem(s)" % (found.total - len(found.lines)))
-    return {"file": str(path), "rows": n_rows, "seq_length": int(seq), "vocab_size": vocab, "pad_token_id": pad,
+    return {"file": str(path), "rows": n_rows, "seq_length": seq, "vocab_size": vocab, "pad_token_id": pad,
             "rows_sha256": sha, "expected_sha256": expect_sha or None, "expected_from": expect_source if expect_sha
-            else None, "ok": found.total == 0, "problem_count": found.total, "problems": found.lines}
+            else None, "ok": found.total == 0, "problem_count": found.total, "problems": found.lines, "notes": notes}
 
 
 def _lengths(batch, name):
@@ -96,7 +134,7 @@ def _lengths(batch, name):
     return values, offsets, lengths
 
 
-def _check_batch(batch, seq: int, vocab, pad, found: Problems) -> None:
+def _check_batch(batch, seq: int, vocab, pad, found: Problems, no_loss_ok: bool = False) -> None:
     ids, ids_off, ids_len = _lengths(batch, "input_ids")
     mask, mask_off, mask_len = _lengths(batch, "loss_mask")
     docs, doc_off, doc_len = _lengths(batch, "doc_offsets")
@@ -143,12 +181,42 @@ def _check_batch(batch, seq: int, vocab, pad, found: Problems) -> None:
         grid = mask[mask_off[good][:, None] + np.arange(seq)] if len(good) else np.zeros((0, seq), np.int64)
         for r, p in _firsts(grid > 1):
             found.add(batch.first + int(good[r]), "loss_mask", "value %d at position %d: not 0 or 1" % (grid[r, p], p))
-        for r in np.flatnonzero(grid.sum(axis=1, dtype=np.int64) == 0):
+        for r in () if no_loss_ok else np.flatnonzero(grid.sum(axis=1, dtype=np.int64) == 0):
             found.add(batch.first + int(good[r]), "loss_mask", "all zero: the row trains on nothing")
         padding = (np.arange(seq)[None, :] >= ends[good][:, None]) & (ends[good] >= 0)[:, None]
         for r, p in _firsts(padding & (grid != 0)):
             found.add(batch.first + int(good[r]), "loss_mask", "%d at position %d, in the padding (documents end at %d)"
                       % (grid[r, p], p, ends[good[r]]))
+
+
+def _check_samples(batch, found: Problems) -> None:
+    """doc_sample: one JSON string per document, each {"rollout": int, "sample": {...}} fitting its document."""
+    texts, text_off, nulls = batch.columns[rows_mod.SAMPLES]
+    docs, doc_off, _ = batch.columns.get("doc_offsets", (None, None, None))
+    for i in range(batch.n):
+        row, strings = batch.first + i, texts[text_off[i]:text_off[i + 1]]
+        bounds = docs[doc_off[i]:doc_off[i + 1]] if docs is not None else None
+        if nulls[i]:
+            found.add(row, rows_mod.SAMPLES, "null")
+            continue
+        if bounds is not None and len(strings) != max(len(bounds) - 1, 0):
+            found.add(row, rows_mod.SAMPLES, "%d strings for %d documents: expected one JSON string per document"
+                      % (len(strings), max(len(bounds) - 1, 0)))
+            continue
+        for k, text in enumerate(strings):
+            try:
+                doc = json.loads(text)
+            except (TypeError, ValueError) as exc:
+                found.add(row, rows_mod.SAMPLES, "document %d: not valid JSON (%s)" % (k, exc))
+                continue
+            sample = doc.get("sample") if isinstance(doc, dict) else None
+            if type(doc.get("rollout") if isinstance(doc, dict) else None) is not int or not isinstance(sample, dict):
+                found.add(row, rows_mod.SAMPLES, "document %d: not {\"rollout\": int, \"sample\": {...}}" % k)
+                continue
+            length = sample.get("response_length")
+            if bounds is not None and (type(length) is not int or not 0 <= length <= bounds[k + 1] - bounds[k]):
+                found.add(row, rows_mod.SAMPLES, "document %d: response_length %r, but the document has %d tokens"
+                          % (k, length, bounds[k + 1] - bounds[k]))
 
 
 def _firsts(bad):

@@ -3,7 +3,8 @@
 The layout and the canonical encoding behind ``rows_sha256`` are documented in data/README.md.
 Columns: ``input_ids`` list<int32>, ``loss_mask`` list<uint8>, ``doc_offsets`` list<int32>
 (``[0, end of document 1, ..., end of document K]``; positions from the last offset to the row's
-end are padding). The file's key-value metadata ``attune.rows`` is a JSON object (``META_KEY``).
+end are padding), and in rows from slime rollouts (``rollout.py``) ``doc_sample`` list<string>, one
+JSON string per document. The file's key-value metadata ``attune.rows`` is a JSON object (``META_KEY``).
 """
 
 from __future__ import annotations
@@ -28,8 +29,10 @@ FORMAT_VERSION = 1
 BUILDER_VERSION = "attune %s rows/%d" % (__version__, FORMAT_VERSION)
 META_KEY = b"attune.rows"
 COLUMNS = ("input_ids", "loss_mask", "doc_offsets")
-DTYPES = {"input_ids": "int32", "loss_mask": "uint8", "doc_offsets": "int32"}
+SAMPLES = "doc_sample"  # the optional column of one JSON string per document (rollout.py)
+DTYPES = {"input_ids": "int32", "loss_mask": "uint8", "doc_offsets": "int32", SAMPLES: "string"}
 SHA_HEADER = b"attune-rows-sha/%d\nseq_length=%d\n"
+SHA_SAMPLES = b"extra=%s\n" % SAMPLES.encode()
 CHUNK_RECORDS = 2048
 ROWS_PER_BATCH = 256
 
@@ -91,8 +94,12 @@ def build(input_path, tokenizer_dir, seq_length: int, out_path, overlong: str = 
                 packing_efficiency=round(counts["tokens"] / float(n_rows * seq_length), 4))
 
 
-def _row_batches(ids, mask, lens, row, offset, n_rows: int, seq: int, pad: int):
-    """Yield ``(n, ids_2d_flat, mask_2d_flat, doc_list_offsets, doc_values)`` for ROWS_PER_BATCH rows at a time."""
+def _row_batches(ids, mask, lens, row, offset, n_rows: int, seq: int, pad: int, samples=None):
+    """Yield ``(n, ids_2d_flat, mask_2d_flat, doc_list_offsets, doc_values)`` for ROWS_PER_BATCH rows at a time.
+
+    With ``samples`` (one string per document), each batch also holds its documents' strings and their
+    per-row list offsets: ``(..., strings, string_list_offsets)``.
+    """
     starts = np.zeros(len(lens), dtype=np.int64)
     np.cumsum(lens[:-1], out=starts[1:])
     order = np.lexsort((offset, row))
@@ -116,25 +123,43 @@ def _row_batches(ids, mask, lens, row, offset, n_rows: int, seq: int, pad: int):
         is_start = np.zeros(len(values), dtype=bool)
         is_start[list_offsets[:-1]] = True
         values[~is_start] = offset[docs] + doc_lens
-        yield n, out_ids, out_mask, list_offsets, values
+        if samples is None:
+            yield n, out_ids, out_mask, list_offsets, values
+        else:
+            yield (n, out_ids, out_mask, list_offsets, values, [samples[d] for d in docs],
+                   list_offsets - np.arange(n + 1, dtype=np.int32))
 
 
-def write(path, batches, meta: dict, compression: str = "zstd", row_group_size: int = 1024) -> str:
-    """Write row batches (from ``_row_batches``) to ``path`` atomically; return their rows_sha256."""
+def _fixed(n: int, seq: int):
+    """List offsets of ``n`` rows of exactly ``seq`` values."""
+    return np.arange(0, (n + 1) * seq, seq, dtype=np.int32)
+
+
+def write(path, batches, meta: dict, compression: str = "zstd", row_group_size: int = 1024,
+          samples: bool = False) -> str:
+    """Write row batches (from ``_row_batches``) to ``path`` atomically; return their rows_sha256.
+
+    With ``samples``, the batches carry per-document strings (``_row_batches(samples=...)``), written as
+    the ``doc_sample`` column and hashed with it.
+    """
     pa = tokenize.require("pyarrow")
     pq = tokenize.require("pyarrow.parquet")
     seq = meta["seq_length"]
-    schema = pa.schema([(name, pa.list_(getattr(pa, DTYPES[name])())) for name in COLUMNS])
-    hasher = Hasher(seq)
+    schema = pa.schema([(name, pa.list_(getattr(pa, DTYPES[name])()))
+                        for name in COLUMNS + ((SAMPLES,) if samples else ())])
+    hasher = Hasher(seq, samples)
     path = Path(path)
     tmp = path.with_name(path.name + ".tmp")
     with pq.ParquetWriter(str(tmp), schema, compression=compression) as writer:
-        for n, ids, mask, doc_offsets, doc_values in batches:
-            fixed = np.arange(0, (n + 1) * seq, seq, dtype=np.int32)
-            hasher.update(ids, fixed, mask, fixed, doc_values, doc_offsets)
+        for batch in batches:
+            n, ids, mask, doc_offsets, doc_values = batch[:5]
+            hasher.update_rows(batch)
+            fixed = _fixed(n, seq)
             arrays = [pa.ListArray.from_arrays(pa.array(fixed), pa.array(ids)),
                       pa.ListArray.from_arrays(pa.array(fixed), pa.array(mask)),
                       pa.ListArray.from_arrays(pa.array(doc_offsets), pa.array(doc_values))]
+            if samples:
+                arrays.append(pa.ListArray.from_arrays(pa.array(batch[6]), pa.array(batch[5], pa.string())))
             writer.write_batch(pa.RecordBatch.from_arrays(arrays, schema=schema), row_group_size=row_group_size)
         sha = hasher.hexdigest()
         writer.add_key_value_metadata({META_KEY: json.dumps(dict(meta, rows_sha256=sha), sort_keys=True)})
@@ -143,12 +168,23 @@ def write(path, batches, meta: dict, compression: str = "zstd", row_group_size: 
 
 
 class Hasher(object):
-    """rows_sha256: SHA-256 of the canonical encoding (data/README.md), fed a batch of rows at a time."""
+    """rows_sha256: SHA-256 of the canonical encoding (data/README.md), fed a batch of rows at a time.
 
-    def __init__(self, seq_length: int):
-        self._sha = hashlib.sha256(SHA_HEADER % (FORMAT_VERSION, seq_length))
+    With ``samples`` (a file with the ``doc_sample`` column), the header names the column and each
+    row's strings follow its ``doc_offsets``.
+    """
 
-    def update(self, ids, ids_offsets, mask, mask_offsets, docs, doc_offsets) -> None:
+    def __init__(self, seq_length: int, samples: bool = False):
+        self.seq_length, self.samples = seq_length, samples
+        self._sha = hashlib.sha256(SHA_HEADER % (FORMAT_VERSION, seq_length) + (SHA_SAMPLES if samples else b""))
+
+    def update_rows(self, batch) -> None:
+        """Hash a batch as ``_row_batches`` yields it: rows of exactly seq_length values."""
+        fixed = _fixed(batch[0], self.seq_length)
+        self.update(batch[1], fixed, batch[2], fixed, batch[4], batch[3], *batch[5:])
+
+    def update(self, ids, ids_offsets, mask, mask_offsets, docs, doc_offsets, strings=None, string_offsets=None):
+        assert (strings is not None) == self.samples, "doc_sample strings given to a hasher not made for them"
         ids = np.ascontiguousarray(ids, dtype="<i4")
         mask = np.ascontiguousarray(mask, dtype="u1")
         docs = np.ascontiguousarray(docs, dtype="<i4")
@@ -161,6 +197,12 @@ class Hasher(object):
             update(count(b - a)), update(ids_b[4 * a:4 * b])
             update(count(d - c)), update(mask_b[c:d])
             update(count(f - e)), update(docs_b[4 * e:4 * f])
+            if strings is not None:
+                g, h = int(string_offsets[i]), int(string_offsets[i + 1])
+                update(count(h - g))
+                for text in strings[g:h]:
+                    data = text.encode("utf-8")
+                    update(count(len(data))), update(data)
 
     def hexdigest(self) -> str:
         return self._sha.hexdigest()
@@ -194,9 +236,9 @@ def open_file(path):
 
 
 def batches(handle, batch_size: int = ROWS_PER_BATCH):
-    """Yield ``Batch``es of the columns present among COLUMNS, as flat numpy values and offsets."""
+    """Yield ``Batch``es of the columns present among COLUMNS and SAMPLES, as flat numpy values and offsets."""
     pa = tokenize.require("pyarrow")
-    present = [name for name in COLUMNS if name in handle.schema_arrow.names]
+    present = [name for name in COLUMNS + (SAMPLES,) if name in handle.schema_arrow.names]
     first = 0
     for record_batch in handle.iter_batches(batch_size=batch_size, columns=present):
         columns, types = {}, {}
@@ -224,18 +266,20 @@ def rows_sha256(path):
     if missing:
         raise InputError("%s: column(s) %s missing. Fix: rebuild it with `attune rows build`"
                          % (path, ", ".join(missing)))
-    hasher = Hasher(int(meta["seq_length"]))
+    hasher = Hasher(int(meta["seq_length"]), SAMPLES in handle.schema_arrow.names)
     for batch in batches(handle):
         feed(hasher, batch, path)
     return hasher.hexdigest(), meta
 
 
 def feed(hasher: Hasher, batch: Batch, path) -> None:
-    """Hash one batch; a column whose values cannot be read as integers is an InputError."""
+    """Hash one batch; a column whose values cannot be read as integers (or doc_sample as strings) is an InputError."""
     try:
         parts = [batch.columns[name] for name in COLUMNS]
+        strings = batch.columns[SAMPLES][:2] if hasher.samples else ()
         hasher.update(parts[0][0].astype("<i4"), parts[0][1], parts[1][0].astype("u1"), parts[1][1],
-                      parts[2][0].astype("<i4"), parts[2][1])
-    except (KeyError, TypeError, ValueError) as exc:
-        raise InputError("%s: rows %d-%d: a column is not a list of integers (%s). Fix: rebuild it with "
-                         "`attune rows build`" % (path, batch.first, batch.first + batch.n - 1, exc))
+                      parts[2][0].astype("<i4"), parts[2][1], *strings)
+    except (AttributeError, KeyError, TypeError, ValueError) as exc:
+        raise InputError("%s: rows %d-%d: a column is not a list of integers, or doc_sample of strings (%s). Fix: "
+                         "rebuild it with `attune rows build` or `attune rows from-slime`"
+                         % (path, batch.first, batch.first + batch.n - 1, exc))

@@ -14,6 +14,7 @@ from factory import settings as make_settings
 
 from attune_core import campaign as campaign_mod
 from attune_core import cli, ranking, runs
+from attune_core.errors import InputError
 
 RECIPE = (DATA / "recipes" / "local_fake_megatron.yaml").read_text()
 
@@ -184,3 +185,29 @@ def test_a_profile_run_records_real_traces_that_profile_reads(campaign, capsys):
     assert not ranked.run(row["run"]).score.rankable  # the profiler slows the steps it records
     assert cli.main(["profile", "--campaign", str(campaign.dir), "--run", base]) == 2
     assert "not launched through the profiler hook" in capsys.readouterr().err
+
+
+def test_every_launch_checks_the_rows_where_the_run_reads_them(tmp_path):
+    np = pytest.importorskip("numpy")
+    pytest.importorskip("pyarrow")
+    from data import rows as rows_mod
+
+    def write(first_token):
+        ids = np.arange(first_token, first_token + 16, dtype=np.int32)
+        batch = (2, ids, np.ones(16, np.uint8), np.array([0, 2, 4], np.int32), np.array([0, 8, 0, 8], np.int32))
+        return rows_mod.write(tmp_path / "rows.parquet", [batch], {"seq_length": 8})
+
+    sha = write(1)
+    baseline = tmp_path / "baseline.yaml"
+    baseline.write_text(RECIPE.format(python=sys.executable, script=DATA / "fake_megatron.py"))
+    settings = make_settings(ATTUNE_BASELINE_YAML=str(baseline), ATTUNE_RUN_PREFIX="loc-", AUTOTUNE_GPUH_BUDGET="",
+                             AUTOTUNE_BUDGET="20", ATTUNE_ROWS_PATH=str(tmp_path / "rows.parquet"),
+                             ATTUNE_ROWS_SHA256=sha)
+    campaign = campaign_mod.init(tmp_path / "c", settings, "loc-rows")
+    row = runs.launch(campaign, settings, baseline=True)
+    assert row["rows_sha256"] == sha
+    wait(campaign, settings, row["run"], ("succeeded",))
+    write(2)  # the rows changed under the campaign
+    with pytest.raises(InputError, match="ATTUNE_ROWS_SHA256=%s: the rows at .* hash to [0-9a-f]{64}" % sha):
+        runs.launch(campaign, settings, baseline=True)
+    assert [r["run"] for r in campaign.ledger.rows() if r["kind"] == "launch"] == [row["run"]]
