@@ -92,8 +92,11 @@ def launch(campaign: Campaign, settings, run: str = None, baseline: bool = False
     if hooks:  # checked before anything is written
         podhooks.check(hooks)
         podhooks.scripts_dir(settings)
-    state = snapshot_mod.take(campaign.dir).budget
-    budget_mod.check_launch(state, expected_gpu_hours)
+    snap = snapshot_mod.take(campaign.dir)
+    if confirm and repeat_of and snap.ranking.recipe_of(repeat_of).gate == "fail":
+        raise CheckFailed("run %s's recipe failed the correctness gate: it can never lead, so a confirmation would "
+                          "spend budget on nothing. Fix: try another candidate" % repeat_of)
+    budget_mod.check_launch(snap.budget, expected_gpu_hours)
     rows = None
     if settings.rows_path:  # every run trains on the declared rows, read where the run reads them
         from data.preship import check_rows
@@ -104,6 +107,9 @@ def launch(campaign: Campaign, settings, run: str = None, baseline: bool = False
     payload = {"run": run, "purpose": purpose, "recipe_sha256": hashlib.sha256(text.encode("utf-8")).hexdigest(),
                "gpus": recipe.gpus(), "backend": settings.backend}
     submitted = podhooks.wrap(recipe, hooks, settings, run, campaign.run_dir(run))
+    if rows:  # the job checks the rows it reads itself too (data/MEGATRON.md)
+        submitted = submitted.apply([{"op": "set", "env": "ATTUNE_ROWS_PATH", "value": settings.rows_path},
+                                     {"op": "set", "env": "ATTUNE_ROWS_SHA256", "value": rows}])
     for key, value in (("parent", parent), ("change", record.get("change")), ("lever", record.get("lever")),
                        ("hypothesis", record.get("hypothesis")), ("expected_gpu_hours", expected_gpu_hours),
                        ("pod_hooks", hooks or None), ("rows_sha256", rows)):

@@ -14,7 +14,7 @@ from factory import settings as make_settings
 
 from attune_core import campaign as campaign_mod
 from attune_core import cli, ranking, runs
-from attune_core.errors import InputError
+from attune_core.errors import CheckFailed, InputError
 
 RECIPE = (DATA / "recipes" / "local_fake_megatron.yaml").read_text()
 
@@ -142,6 +142,10 @@ def test_a_candidate_runs_through_its_pod_hooks(campaign):
     by_name = {hook["name"]: hook for hook in hooks["hooks"]}
     assert by_name["nccl_debug"]["status"] == "ok" and by_name["nccl_debug"]["facts"]["set"]["NCCL_DEBUG"] == "WARN"
     assert by_name["gpu_facts"]["status"] in ("ok", "skipped")
+    campaign.append("gate", run=run, verdict="fail", against="loc-r001", reasons=["config: numeric"])
+    with pytest.raises(CheckFailed, match="failed the correctness gate: it can never lead"):
+        runs.launch(campaign, settings, repeat_of=run, confirm=True)
+    assert runs.launch(campaign, settings, repeat_of=run)["purpose"] == "repeat"  # a plain repeat is still allowed
 
 
 def test_an_unknown_hook_is_refused_before_anything_is_written(campaign, capsys):
@@ -206,6 +210,9 @@ def test_every_launch_checks_the_rows_where_the_run_reads_them(tmp_path):
     campaign = campaign_mod.init(tmp_path / "c", settings, "loc-rows")
     row = runs.launch(campaign, settings, baseline=True)
     assert row["rows_sha256"] == sha
+    env = json.loads((campaign.run_dir(row["run"]) / "local.json").read_text())["env"]
+    assert env["ATTUNE_ROWS_SHA256"] == sha and env["ATTUNE_ROWS_PATH"] == str(tmp_path / "rows.parquet")
+    assert "ATTUNE_ROWS" not in (campaign.run_dir(row["run"]) / "recipe.yaml").read_text()
     wait(campaign, settings, row["run"], ("succeeded",))
     write(2)  # the rows changed under the campaign
     with pytest.raises(InputError, match="ATTUNE_ROWS_SHA256=%s: the rows at .* hash to [0-9a-f]{64}" % sha):
