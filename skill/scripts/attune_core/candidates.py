@@ -89,6 +89,20 @@ def allocate_run(campaign: Campaign, prefix: str) -> tuple:
             number += 1
 
 
+def gate_config(baseline, child, settings) -> dict:
+    """What the gate's configuration check will say of ``child`` against the baseline, before any GPU time:
+    ``{"passes", "reasons", "changes": [{"name", "kind", "class"}]}``."""
+    from types import SimpleNamespace
+
+    from correctness import config_check
+    from correctness.rules import Rules
+    found = config_check.check(SimpleNamespace(args=baseline.args(), env=baseline.env()),
+                               SimpleNamespace(args=child.args(), env=child.env()),
+                               Rules(overrides=settings.gate_rules or None))
+    return {"passes": found["passed"], "reasons": found["reasons"],
+            "changes": [{"name": row["name"], "kind": row["kind"], "class": row["class"]} for row in found["changes"]]}
+
+
 def new(campaign: Campaign, settings, parent: str, changes: list, lever: str, hypothesis: str,
         gpu: str = None, pod_hooks: list = None) -> dict:
     """Check and write a candidate; return its record. Nothing is written when a check fails."""
@@ -117,5 +131,6 @@ def new(campaign: Campaign, settings, parent: str, changes: list, lever: str, hy
               "recipe_sha256": hashlib.sha256(text.encode("utf-8")).hexdigest()}
     if pod_hooks:
         record["pod_hooks"] = pod_hooks
+    record["gate_config"] = gate_config(baseline, child, settings)
     (directory / "candidate.json").write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
     return record

@@ -277,6 +277,10 @@ def cmd_candidate(args) -> int:
              "parent: %s" % record["parent"], "lever: %s" % record["lever"], "gpus: %d" % record["gpus"]]
     lines += ["change: %s" % results_mod.describe_change(item) for item in record["change"]]
     lines += ["pod_hook: %s" % podhooks.describe(hook) for hook in record.get("pod_hooks", ())]
+    gate = record["gate_config"]
+    lines += ["gate_class: %s %s" % (item["name"], item["class"]) for item in gate["changes"]]
+    lines += ["warning: the gate will fail this candidate, so it can never lead or ship: %s" % reason
+              for reason in gate["reasons"]]
     _emit(args, record, "\n".join(lines))
     return EXIT_OK
 

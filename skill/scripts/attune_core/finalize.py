@@ -34,6 +34,9 @@ class RunFacts:
     hang_after_s: float = 900.0
 
 
+SHORT_STEP_MS = 10.0  # 100 times the 0.1 ms Megatron prints: below it rounding is a 1% effect or more
+
+
 def metrics_columns(parsed: dict, seq_length: Optional[int], gpus: int) -> tuple:
     """The ledger's ``result.metrics`` from parsed steps, and warnings.
 
@@ -46,6 +49,11 @@ def metrics_columns(parsed: dict, seq_length: Optional[int], gpus: int) -> tuple
         warnings.append("the log restarts at line %d (iteration %d after %d); only the last run is scored"
                         % (steps[start]["line_no"], steps[start]["step"], steps[start - 1]["step"]))
     steps = steps[start:]
+    timed = sorted(step["elapsed_ms"] for step in steps if step["elapsed_ms"])
+    if timed and timed[len(timed) // 2] < SHORT_STEP_MS:
+        warnings.append("the median step takes %.2f ms: Megatron prints it to 0.1 ms, so one printed digit moves "
+                        "tokens/s/GPU by %.0f%% or more; the score is dominated by rounding"
+                        % (timed[len(timed) // 2], 100 * 0.1 / timed[len(timed) // 2]))
     gbs = next((step["global_batch_size"] for step in reversed(steps) if step["global_batch_size"]), None)
 
     def loss(value):

@@ -324,6 +324,9 @@ def assemble(runs: dict, stops: list, warnings: list, noise_floor=0.01, baseline
     return ranking
 
 
+NOISY_BAND = 0.05  # above this, measurement is the bottleneck: a typical lever moves throughput by a few percent
+
+
 def _pending(ranking: Ranking) -> list:
     """What the campaign needs next, as short imperative lines (for ``attune status``)."""
     todo = []
@@ -337,6 +340,10 @@ def _pending(ranking: Ranking) -> list:
     lead = ranking.leader.score if ranking.leader else None
     if not ranking.band_established or not lead:
         return todo
+    if ranking.band > NOISY_BAND:
+        todo.append("the noise band is ±%.1f%% (%s): find why repeats of one recipe differ this much (contention, "
+                    "stragglers, placement, a step too short to time) before testing candidates: no lever of a few "
+                    "percent can clear it" % (ranking.band * 100, ranking.band_basis))
     for recipe in sorted(ranking.recipes.values(), key=lambda r: (r.first.launch_ts, r.sha)):
         if recipe.is_baseline or recipe is ranking.leader or recipe.gate == "fail" or recipe.score is None:
             continue

@@ -70,3 +70,17 @@ def test_change_syntax():
         parse_changes(sets=["bad name=1"])
     with pytest.raises(InputError, match="needs one change"):
         parse_changes()
+
+
+def test_a_candidate_says_what_the_gate_will_say_of_its_changes(campaign, capsys):
+    assert new(campaign, "--parent", "baseline", "--set", "overlap-grad-reduce", "--lever", "overlap-grad-reduce",
+               "--hypothesis", "h", "--json") == 0
+    gate = json.loads(capsys.readouterr().out)["gate_config"]
+    assert gate == {"passes": True, "reasons": [],
+                    "changes": [{"name": "--overlap-grad-reduce", "kind": "arg", "class": "placement"}]}
+    assert new(campaign, "--parent", "baseline", "--env", "OMP_NUM_THREADS=1", "--lever", "other: OMP_NUM_THREADS",
+               "--hypothesis", "h") == 0
+    out = capsys.readouterr().out
+    assert "gate_class: OMP_NUM_THREADS numeric" in out
+    assert "warning: the gate will fail this candidate, so it can never lead or ship: config: environment variable " \
+           "OMP_NUM_THREADS: unset -> 1 is numeric" in out

@@ -80,3 +80,15 @@ def test_no_log_and_a_bad_exit_is_a_crash(tmp_path):
     row = finalize(b.campaign, RunFacts("r001", tmp_path / "missing.txt", 137, 0.0, 10.0, 8))
     assert row["status"] == "failed" and row["failure"]["class"] == "crash"
     assert "no log at" in row["warnings"][0]
+
+
+def test_a_step_too_short_to_time_is_warned_about():
+    from attune_core.finalize import metrics_columns
+
+    def parsed(ms):
+        return {"steps": [{"step": i, "elapsed_ms": ms, "global_batch_size": 8, "lm_loss": 1.0, "skipped": 0,
+                           "nan": 0, "line_no": i} for i in range(1, 21)]}
+    _metrics, warnings = metrics_columns(parsed(0.4), 128, 1)
+    assert warnings == ["the median step takes 0.40 ms: Megatron prints it to 0.1 ms, so one printed digit moves "
+                        "tokens/s/GPU by 25% or more; the score is dominated by rounding"]
+    assert metrics_columns(parsed(512.0), 128, 1)[1] == []

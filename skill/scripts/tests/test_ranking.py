@@ -200,3 +200,16 @@ def test_profile_runs_are_listed_but_never_scored(tmp_path):
     assert ranked.run("r004").tokens is None
     assert ranked.run_status(ranked.run("r004")).startswith("not rankable: profile run")
     assert ranked.leader is ranked.baseline
+
+
+def test_a_noise_band_wider_than_a_lever_can_clear_is_pending(tmp_path):
+    b = Builder(tmp_path / "c")
+    for index, step in enumerate((1000.0, 1300.0, 1000.0), start=1):
+        b.launch("r%03d" % index, "baseline" if index == 1 else "repeat", "base", parent=None if index == 1 else "r001")
+        b.result("r%03d" % index, step)
+    ranked = rank(b)
+    assert ranked.band_established and ranked.band == pytest.approx(0.3 / 1.3)
+    assert any(item.startswith("the noise band is ±23.1%") for item in ranked.pending)
+    quiet = Builder(tmp_path / "q")
+    quiet.baseline(3, 1000.0)
+    assert not any("noise band" in item for item in rank(quiet).pending)
