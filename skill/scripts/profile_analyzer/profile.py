@@ -127,6 +127,9 @@ def run(paths, steps: Optional[tuple] = None, recipe=None) -> dict:
     world = next((t.world_size for t in kept if t.world_size), None)
     parallel = parallel_layout(recipe, world) if recipe else None
     aggregate = _aggregate(ranks)
+    if ranks and not any(r["temporal_breakdown"]["kernel_time_us"] for r in ranks):
+        warnings.append("no GPU kernel in the traces (a CPU-only run, or CUDA activity not recorded): step times "
+                        "only, no GPU-time breakdown and no diagnosis")
     if parallel:
         aggregate["parallel"] = parallel
     return {"files": [str(f) for f in files], "partial": any(t.truncated for t in kept),

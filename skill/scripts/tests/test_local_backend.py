@@ -185,6 +185,7 @@ def test_a_profile_run_records_real_traces_that_profile_reads(campaign, capsys):
     result = json.loads(capsys.readouterr().out)
     assert len(result["files"]) == 1 and result["files"][0].endswith(".pt.trace.json.gz")
     assert sorted(result["aggregate"]["step_time_us"]) == ["3", "4"]
+    assert result["diagnosis"] == [] and any(w.startswith("no GPU kernel in the traces") for w in result["warnings"])
     ranked = ranking.build(campaign.ledger.rows())
     assert not ranked.run(row["run"]).score.rankable  # the profiler slows the steps it records
     assert cli.main(["profile", "--campaign", str(campaign.dir), "--run", base]) == 2
