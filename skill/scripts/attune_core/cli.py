@@ -84,17 +84,25 @@ def cmd_verify(args) -> int:
     campaign = campaign_mod.Campaign(_dir(args))
     campaign.require_ledger()
     reports = [campaign.ledger.verify(), campaign.gpu_log.verify()]
-    data = {"ok": all(r.ok for r in reports), "ledger": reports[0].as_dict(), "gpu_hours": reports[1].as_dict()}
+    # the two files must belong to one campaign, as every verb that reads them requires (snapshot._check)
+    mismatch = snapshot_mod.campaign_mismatch(*(r.parsed[0]["campaign"] if r.parsed else None for r in reports))
+    data = {"ok": all(r.ok for r in reports) and not mismatch, "ledger": reports[0].as_dict(),
+            "gpu_hours": reports[1].as_dict()}
     lines = []
     for report in reports:
         lines.append("%s: %s" % (Path(report.path).stem.replace(".jsonl", ""), report.summary()))
         lines += ["warning: %s" % text for text in report.warnings]
+    if mismatch:
+        data["campaign_mismatch"] = mismatch
+        lines.append("campaign: %s" % mismatch)
     lines.append("ok: %s" % ("yes" if data["ok"] else "no"))
     _emit(args, data, "\n".join(lines))
     if not data["ok"]:
         for report in reports:
             if not report.ok:
                 print("attune verify: %s" % report.summary(), file=sys.stderr)
+        if mismatch:
+            print("attune verify: %s" % mismatch, file=sys.stderr)
         return IntegrityError.exit_code
     return EXIT_OK
 
@@ -347,7 +355,8 @@ def cmd_topology(args) -> int:
     summary = runs_mod.topology(campaign, _settings(args, campaign), args.run)
     got = summary["got"]
     lines = ["run: %s" % args.run, "asked: %s" % json.dumps(summary["asked"], sort_keys=True),
-             "got: %s" % json.dumps(got, sort_keys=True)]
+             "got: %s" % json.dumps(got, sort_keys=True),
+             "log: %s" % (summary["log"] or "none (no log facts)")]
     lines += ["problem: %s" % problem for problem in summary["problems"]]
     lines += ["not_comparable: %s" % item for item in summary["not_comparable"]]
     _emit(args, summary, "\n".join(lines))

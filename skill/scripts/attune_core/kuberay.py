@@ -8,7 +8,10 @@ Teardown deletes with foreground propagation and confirms the RayJob's pods are 
 
 Logs are read from the shared volume through the log pod (``AUTOTUNE_LOG_POD``, which mounts it
 read-only), by exec through the API: never from anything the agent wrote. A run's log is
-``$ATTUNE_SHARED_DIR/<run>/log.txt``, as the run's entrypoint writes it.
+``$ATTUNE_SHARED_DIR/<run>/log.txt``, as the run's entrypoint writes it. While a RayJob runs, its
+progress (seconds since the log last changed, for hang detection) is read there too, against the
+log pod's own clock. Teardown records the RayJob's start and end times (``teardown.json``) before
+deleting it, so a run torn down before it ended is still charged its time.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from __future__ import annotations
 import datetime
 import json
 import os
+import shlex
 import time
 from pathlib import Path
 from typing import Optional
@@ -106,15 +110,49 @@ class KubeRayBackend(object):
 
     def status(self, run_dir: Path) -> Status:
         run = run_dir.name
-        if (run_dir / "teardown.json").exists():
-            return Status("torn_down", None, None, json.loads((run_dir / "teardown.json").read_text())["ended"])
+        if (run_dir / "teardown.json").exists():  # the RayJob is gone: its times as teardown read them
+            torn = json.loads((run_dir / "teardown.json").read_text())
+            return Status("torn_down", None, torn.get("started"), torn["ended"])
         job = self._get(run)
         if job is None:
             return Status("lost")
         status = job.get("status") or {}
         state = rayjob_state(status)
         code = 0 if state == "succeeded" else (1 if state == "failed" else None)
-        return Status(state, code, _epoch(status.get("startTime")), _epoch(status.get("endTime")))
+        quiet = self.seconds_since_log_changed(run) if state == "running" else None
+        return Status(state, code, _epoch(status.get("startTime")), _epoch(status.get("endTime")), quiet)
+
+    def seconds_since_log_changed(self, run: str) -> Optional[float]:
+        """Seconds since the run's log last changed, or None while there is no log. Both times are read
+        in one exec in the log pod (the log's ``stat -c %Y`` and the pod's ``date +%s``), so a clock skew
+        between this host and the cluster cannot fake a hang."""
+        code, out, _err = self._exec(["sh", "-c", "stat -c %%Y %s && date +%%s" % shlex.quote(self.remote_log(run))])
+        numbers = out.split()
+        if code not in (0, None) or len(numbers) != 2 or not all(n.isdigit() for n in numbers):
+            return None  # no log yet (the run has not started writing it)
+        return max(0.0, float(int(numbers[1]) - int(numbers[0])))
+
+    def _exec(self, command: list) -> tuple:
+        """Run ``command`` in the log pod: (exit code, stdout, stderr), the output as text."""
+        from kubernetes.client.rest import ApiException
+        from kubernetes.stream import stream
+        try:
+            resp = stream(self.core.connect_get_namespaced_pod_exec, self.settings.log_pod, self.namespace,
+                          command=command, stderr=True, stdin=False, stdout=True, tty=False, _preload_content=False)
+        except ApiException as exc:
+            raise CheckFailed("exec %s in log pod %s failed: HTTP %s %s"
+                              % (" ".join(command), self.settings.log_pod, exc.status, exc.reason))
+        out, err = [], []
+        while resp.is_open():
+            resp.update(timeout=5)
+            if resp.peek_stdout():
+                out.append(resp.read_stdout())
+            if resp.peek_stderr():
+                err.append(resp.read_stderr())
+        out.append(resp.read_stdout() or "")
+        code = resp.returncode
+        resp.close()
+        return code, "".join(out), "".join(err)
 
     def events(self, run: str) -> list:
         """Warning and normal event messages of the RayJob and its pods, oldest first."""
@@ -145,7 +183,10 @@ class KubeRayBackend(object):
         from kubernetes import client
         from kubernetes.client.rest import ApiException
         run = run_dir.name
-        cluster = self._cluster(run)  # remembered: once the RayJob is gone its status is too
+        if (run_dir / "teardown.json").exists():  # torn down already: what it recorded stands
+            return self.status(run_dir)
+        job = (self._get(run) or {}).get("status") or {}  # remembered: once the RayJob is gone its status is too
+        cluster = job.get("rayClusterName")
         try:
             self.custom.delete_namespaced_custom_object(
                 GROUP, VERSION, self.namespace, PLURAL, run,
@@ -156,7 +197,9 @@ class KubeRayBackend(object):
         deadline = time.time() + timeout_s
         while time.time() < deadline:
             if not self.pods(run, cluster) and self._get(run) is None:
-                (run_dir / "teardown.json").write_text(json.dumps({"ended": time.time()}))
+                ended = _epoch(job.get("endTime")) or time.time()
+                (run_dir / "teardown.json").write_text(json.dumps(
+                    {"started": _epoch(job.get("startTime")), "ended": ended, "torn_down": time.time()}))
                 return self.status(run_dir)
             time.sleep(1.0)
         raise CheckFailed("RayJob %s: pods still present %.0f s after deletion" % (run, timeout_s))

@@ -12,7 +12,9 @@ Formats (facts in the project's reference on Megatron-LM, Megatron-Bridge and sl
 * slime ``step N: {...}``, ``perf N: {...}`` and ``rollout N: {...}`` lines (Python repr dicts, bare
   ``nan``/``inf``, Ray ``(Actor pid=...)`` prefixes).
 * Failures: CUDA out of memory (old and new texts, Ray-wrapped), Ray's host-memory killer, a
-  container ``OOMKilled``, NCCL watchdog timeouts, assertion errors.
+  container ``OOMKilled``, NCCL watchdog timeouts, assertion errors, argparse errors
+  (``prog: error: unrecognized arguments: ...``, ``prog: error: argument --x: ...``). Lines of the
+  pod-hook wrapper (``attune-pod-hooks: ...``) are never failures.
 
 The log is read line by line (bounded memory for any size). A value the line does not print is
 ``None``, never a guess; a line that looks like a record but cannot be read becomes a warning
@@ -50,7 +52,11 @@ _FAILURES = (
      re.compile(r"CUDA out of memory|OutOfMemoryError|CUDA error: out of memory|"
                 r"TorchMemorySaver::malloc return OOM")),
     ("assertion", ("AssertionError",), re.compile(r"\bAssertionError\b")),
+    ("argparse", ("error: unrecognized arguments", "error: argument "),
+     re.compile(r": error: (?:unrecognized arguments: |argument \S+: )")),
 )
+# Lines of the in-pod hook wrapper (pod_hooks/wrap.py): they report on hooks, never on the run.
+POD_HOOKS_PREFIX = "attune-pod-hooks:"
 
 _KNOWN_FIELDS = {
     "elapsed time per iteration (ms)": ("elapsed_ms", float),
@@ -166,6 +172,8 @@ def parse_slime(line: str):
 
 
 def failure_kind(line: str) -> Optional[str]:
+    if line.lstrip().startswith(POD_HOOKS_PREFIX):
+        return None
     for kind, words, pattern in _FAILURES:
         if any(word in line for word in words) and pattern.search(line):
             return kind

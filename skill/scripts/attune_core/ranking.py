@@ -40,6 +40,7 @@ class RunView:
     simulated: bool = False
     expected_gpu_hours: Optional[float] = None
     recipe_path: str = ""
+    profiled: bool = False  # launched through the ``profiler`` pod hook (the launch row's ``pod_hooks``)
     status: str = "running"  # result status once finalized
     failure: Optional[dict] = None
     score: Optional[RunScore] = None
@@ -227,7 +228,8 @@ def merge(rows, window=(5, 19), scores=None, runs=None) -> tuple:
             gpus=row["gpus"], backend=row["backend"], parent=row.get("parent"), change=row.get("change"),
             hypothesis=row.get("hypothesis", ""), lever=row.get("lever", ""),
             simulated=bool(row.get("simulated", False)), expected_gpu_hours=row.get("expected_gpu_hours"),
-            recipe_path=row.get("recipe_path", ""))
+            recipe_path=row.get("recipe_path", ""),
+            profiled=any(hook.get("name") == "profiler" for hook in row.get("pod_hooks") or ()))
     results = {}
     for row in by_kind["result"]:
         run_id = row["run"]
@@ -254,6 +256,9 @@ def merge(rows, window=(5, 19), scores=None, runs=None) -> tuple:
                                                                  row.get("failure"))
         if run.purpose == "profile" and run.score.rankable:  # the profiler slows the steps it records
             run.score = RunScore(False, "profile run: not scored (the profiler slows the steps it records)")
+        elif run.profiled and run.score.rankable:  # whatever its purpose
+            run.score = RunScore(False, "launched through the profiler pod hook: not scored (the profiler slows "
+                                        "the steps it records)")
     gates = {}
     for row in by_kind["gate"]:
         gates.setdefault(row["run"], []).append(row)

@@ -194,6 +194,8 @@ def topology(campaign: Campaign, settings, run: str) -> dict:
             log = backend.log_path(run_dir)
         except CheckFailed:
             log = None
+    if log is not None and not log.is_file():  # the local backend names the log the run has not written
+        log = None
     summary = topology_mod.summarize(Recipe((run_dir / "recipe.yaml").read_text(encoding="utf-8")), log,
                                      backend.cluster_facts(run))
     (run_dir / "topology.json").write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")

@@ -68,13 +68,21 @@ def _last_row_sha(data: bytes, complete: int) -> str:
     return hashlib.sha256(data[data.rfind(b"\n", 0, complete - 1) + 1:complete - 1]).hexdigest()
 
 
+def campaign_mismatch(ledger_id, gpu_campaign) -> Optional[str]:
+    """The problem when the two files name different campaigns (their first rows'), else None."""
+    if gpu_campaign and ledger_id and gpu_campaign != ledger_id:
+        return "gpu_hours.jsonl belongs to campaign %r but ledger.jsonl to %r" % (gpu_campaign, ledger_id)
+    return None
+
+
 def _check(ledger_report: VerifyReport, gpu: tuple, ledger_id=None) -> None:
     gpu_report, _total, gpu_campaign = gpu
     broken = [report.summary() for report in (ledger_report, gpu_report) if not report.ok]
     if ledger_id is None and ledger_report.parsed:
         ledger_id = ledger_report.parsed[0]["campaign"]
-    if gpu_campaign and ledger_id and gpu_campaign != ledger_id:
-        broken.append("gpu_hours.jsonl belongs to campaign %r but ledger.jsonl to %r" % (gpu_campaign, ledger_id))
+    mismatch = campaign_mismatch(ledger_id, gpu_campaign)
+    if mismatch:
+        broken.append(mismatch)
     if broken:
         raise IntegrityError("; ".join(broken) + ". The records cannot be trusted: nothing is ranked or shipped "
                              "from them")

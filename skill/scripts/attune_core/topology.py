@@ -102,7 +102,7 @@ def comparable(baseline: dict, run: dict) -> list:
     for key, label in (("gpu_models", "GPU models"), ("nvlink", "NVLink use"), ("infiniband", "InfiniBand use"),
                        ("tcp_sockets", "TCP sockets")):
         before, after = baseline.get(key), run.get(key)
-        if before is not None and after is not None and before != after:
+        if before not in (None, []) and after not in (None, []) and before != after:  # [] is unknown too
             out.append("%s: %s in the baseline, %s here" % (label, before, after))
     return out
 
@@ -113,4 +113,5 @@ def summarize(recipe: Recipe, log_path, cluster: Optional[dict] = None) -> dict:
     if cluster:
         got.update(cluster)
     got["gpus"] = asked["gpus"]
-    return {"asked": asked, "got": got, "problems": check(asked, got)}
+    return {"asked": asked, "got": got, "problems": check(asked, got),
+            "log": str(log_path) if log_path is not None else None}

@@ -13,6 +13,8 @@ import dataclasses
 import re
 from typing import Iterable, Optional
 
+from .logparse import POD_HOOKS_PREFIX
+
 # name -> (what it means, what the agent does next); the order is the order of precedence.
 CLASSES = {
     "unschedulable": ("the pods never started: the cluster could not place them",
@@ -75,7 +77,11 @@ def classify(parsed: dict, exit_code: Optional[int] = None, events: Iterable[str
 
     ``parsed`` is ``logparse`` output; ``log_lines`` (optional) lets a crash name its traceback
     line when no failure record did."""
-    events = [event for event in events if event and event.strip()]
+    steps = parsed.get("steps", [])
+    # A run that exited 0 and logged iterations ran: events (a transient FailedScheduling, a retried
+    # image pull) only explain a run that did not.
+    ran = exit_code == 0 and bool(steps)
+    events = [event for event in events if event and event.strip()] if not ran else []
     for event in events:
         if _UNSCHEDULABLE.search(event):
             return _make("unschedulable", event, None, "events")
@@ -83,35 +89,40 @@ def classify(parsed: dict, exit_code: Optional[int] = None, events: Iterable[str
         if _IMAGE_PULL.search(event):
             return _make("image_pull", event, None, "events")
     failures = parsed.get("failures", [])
-    for kinds, cls in ((("oom", "ray_oom", "oomkilled"), "oom"), (("nccl_timeout",), "nccl_timeout")):
-        for failure in failures:
-            if failure["kind"] in kinds:
-                return _make(cls, failure["line"], failure["line_no"], "log")
-    for event in events:
+    for failure in failures:
+        if failure["kind"] in ("oom", "ray_oom", "oomkilled"):
+            return _make("oom", failure["line"], failure["line_no"], "log")
+    for event in events:  # an OOM on one rank makes the others time out: the OOM is the cause
         if "OOMKilled" in event:
             return _make("oom", event, None, "events")
     for failure in failures:
-        if failure["kind"] == "assertion" and _CONFIG.search(failure["line"]):
+        if failure["kind"] == "nccl_timeout":
+            return _make("nccl_timeout", failure["line"], failure["line_no"], "log")
+    for failure in failures:
+        if failure["kind"] == "argparse" or (failure["kind"] == "assertion" and _CONFIG.search(failure["line"])):
             return _make("config_error", failure["line"], failure["line_no"], "log")
-    for step in parsed.get("steps", []):
+    for step in steps:
         if _is_bad(step.get("lm_loss")) or _is_bad(step.get("grad_norm")) or (step.get("nan") or 0) > 0 or any(
                 _is_bad(value) for value in step.get("losses", {}).values()):
             line = (log_lines[step["line_no"] - 1] if log_lines and step["line_no"] <= len(log_lines)
                     else "iteration %d" % step["step"])
             return _make("nan_loss", line, step["line_no"], "log")
     if seconds_without_progress is not None and seconds_without_progress > hang_after_s:
-        last = parsed.get("steps", [])[-1:] or [None]
+        last = steps[-1:] or [None]
         where = "after iteration %d" % last[0]["step"] if last[0] else "before the first iteration"
         return _make("hang", "no new iteration for %.0f s (limit %.0f s), %s" % (
             seconds_without_progress, hang_after_s, where), None, "progress")
     for failure in failures:
         if failure["kind"] == "assertion":
             return _make("crash", failure["line"], failure["line_no"], "log")
-    if log_lines:
+    # exit 0 after the last iteration of the run: it finished, whatever error text it printed after it
+    completed = exit_code == 0 and bool(steps) and steps[-1]["step"] >= steps[-1]["train_iters"]
+    if log_lines and not completed:
         for number in range(len(log_lines), 0, -1):  # the last error line is the one that ended it
-            if _CRASH.search(log_lines[number - 1]):
+            line = log_lines[number - 1]
+            if _CRASH.search(line) and not line.lstrip().startswith(POD_HOOKS_PREFIX):
                 if exit_code not in (None, 0) or number > len(log_lines) - 200:
-                    return _make("crash", log_lines[number - 1], number, "log")
+                    return _make("crash", line, number, "log")
                 break
     if exit_code not in (None, 0):
         return _make("crash", "the process exited with code %d" % exit_code, None, "exit_code")

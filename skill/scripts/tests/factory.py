@@ -73,7 +73,7 @@ class Builder(object):
         self.campaign = campaign_mod.init(Path(directory), self.settings, campaign_id, ts=self.clock(), note=note)
 
     def launch(self, run, purpose, recipe, gpus=8, parent=None, change=None, hypothesis=None, lever=None,
-               expected_gpu_hours=0.25, write_recipe=True, simulated=None):
+               expected_gpu_hours=0.25, write_recipe=True, simulated=None, pod_hooks=None):
         text = "# recipe %s\nkind: RayJob\n" % recipe
         sha = hashlib.sha256(text.encode()).hexdigest()
         payload = {"run": run, "purpose": purpose, "recipe_sha256": sha, "gpus": gpus, "backend": "local",
@@ -88,6 +88,8 @@ class Builder(object):
             payload["lever"] = lever
         if simulated is not None:
             payload["simulated"] = simulated
+        if pod_hooks is not None:
+            payload["pod_hooks"] = pod_hooks
         if write_recipe:
             directory = self.campaign.run_dir(run)
             directory.mkdir(parents=True, exist_ok=True)

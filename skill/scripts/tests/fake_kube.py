@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlparse
 
@@ -44,6 +46,8 @@ class FakeKube(object):
         self.pod_gpus = {}  # pod name -> nvidia.com/gpu limit
         self.node_labels = {}  # node name -> labels
         self.execs = []  # (pod, command)
+        self.mtimes = {}  # (pod, path) -> modification time served by `stat -c %Y` (the file need not be in files)
+        self.clock = None  # the pods' `date +%s`; None: this host's time
         fake = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -94,14 +98,14 @@ class FakeKube(object):
                 self.send_header("Sec-WebSocket-Accept", accept)
                 self.send_header("Sec-WebSocket-Protocol", "v4.channel.k8s.io")
                 self.end_headers()
-                data = fake.files.get((pod, command[-1])) if command[:1] == ["cat"] else None
-                if data is None:
-                    self.wfile.write(ws_frame(b"\x02cat: %s: No such file or directory\n" % command[-1].encode()))
+                data, error = fake.run_command(pod, command)
+                for start in range(0, len(data), 65536):
+                    self.wfile.write(ws_frame(b"\x01" + data[start:start + 65536]))
+                if error is not None:
+                    self.wfile.write(ws_frame(b"\x02" + error))
                     status = {"status": "Failure", "reason": "NonZeroExitCode",
                               "details": {"causes": [{"reason": "ExitCode", "message": "1"}]}}
                 else:
-                    for start in range(0, len(data), 65536):
-                        self.wfile.write(ws_frame(b"\x01" + data[start:start + 65536]))
                     status = {"status": "Success"}
                 self.wfile.write(ws_frame(b"\x03" + json.dumps(status).encode()))
                 self.wfile.write(ws_frame(b"", opcode=8))
@@ -172,6 +176,28 @@ class FakeKube(object):
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
         self.thread.start()
+
+    def run_command(self, pod: str, command: list) -> tuple:
+        """(stdout, stderr or None when it succeeded) of an exec: ``cat PATH``, ``stat -c %Y PATH``,
+        ``date +%s``, or ``sh -c`` with those joined by ``&&`` (it stops at the first that fails)."""
+        if command[:2] == ["sh", "-c"]:
+            parts = [shlex.split(part) for part in command[2].split("&&")]
+        else:
+            parts = [command]
+        out = b""
+        for argv in parts:
+            if argv[:1] == ["cat"] and (pod, argv[-1]) in self.files:
+                out += self.files[(pod, argv[-1])]
+            elif argv[:3] == ["stat", "-c", "%Y"] and (pod, argv[-1]) in self.mtimes:
+                out += b"%d\n" % self.mtimes[(pod, argv[-1])]
+            elif argv == ["date", "+%s"]:
+                out += b"%d\n" % (time.time() if self.clock is None else self.clock)
+            elif argv[:1] in (["cat"], ["stat"]):
+                what = "%s: cannot stat '%s'" % (argv[0], argv[-1]) if argv[0] == "stat" else "cat: %s" % argv[-1]
+                return out, ("%s: No such file or directory\n" % what).encode()
+            else:
+                return out, ("sh: %s: not found in the fake\n" % argv[:1]).encode()
+        return out, None
 
     @property
     def url(self) -> str:

@@ -237,3 +237,21 @@ def test_background_work_runs_in_the_caller_when_no_process_can_be_forked(monkey
     campaign = fixture_copy(tmp_path)
     assert cli.main(["rank", "--campaign", str(campaign)]) == 0
     assert os_module.path.exists(campaign / "RESULTS.md")
+
+
+def test_verify_fails_when_the_gpu_hours_belong_to_another_campaign(tmp_path, capsys):
+    mine, other = Builder(tmp_path / "mine", campaign_id="me-a-1"), Builder(tmp_path / "other", campaign_id="me-b-1")
+    for b in (mine, other):
+        b.launch("r001", "baseline", "base")
+        b.result("r001", 1000.0)
+    for name in ("gpu_hours.jsonl", "gpu_hours.jsonl.head"):
+        shutil.copy(other.campaign.dir / name, mine.campaign.dir / name)
+    assert cli.main(["status", "--campaign", str(mine.campaign.dir)]) == 3
+    capsys.readouterr()
+    assert cli.main(["verify", "--campaign", str(mine.campaign.dir), "--json"]) == 3
+    captured = capsys.readouterr()
+    data = json.loads(captured.out)
+    assert data["ok"] is False and data["ledger"]["ok"] and data["gpu_hours"]["ok"]
+    assert data["campaign_mismatch"] == "gpu_hours.jsonl belongs to campaign 'me-b-1' but ledger.jsonl to 'me-a-1'"
+    assert "attune verify: gpu_hours.jsonl belongs to campaign 'me-b-1'" in captured.err
+    assert cli.main(["verify", "--campaign", str(other.campaign.dir)]) == 0

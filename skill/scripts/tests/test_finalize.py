@@ -92,3 +92,21 @@ def test_a_step_too_short_to_time_is_warned_about():
     assert warnings == ["the median step takes 0.40 ms: Megatron prints it to 0.1 ms, so one printed digit moves "
                         "tokens/s/GPU by 25% or more; the score is dominated by rounding"]
     assert metrics_columns(parsed(512.0), 128, 1)[1] == []
+
+
+def test_a_failing_pod_hook_does_not_fail_a_run_that_finished(tmp_path, capsys):
+    from pod_hooks import wrap
+    from pod_hooks.hooks import Hook
+
+    class Broken(Hook):
+        def after(self, ctx, exit_code, log_tail):
+            raise RuntimeError("no trace was written under /mnt/shared/r001/pod_hooks/profile")
+    hook = Broken("profiler", {})
+    assert not wrap._call(hook, {}, "after", lambda: hook.after(None, 0, []))
+    hook_line = capsys.readouterr().err  # what the wrapper prints, as it lands at the end of the log
+    assert hook_line.startswith("attune-pod-hooks: profiler failed: RuntimeError: ")
+    log = megatron_log(tmp_path / "log.txt")
+    log.write_text(log.read_text() + hook_line)
+    b = setup(tmp_path)
+    row = finalize(b.campaign, RunFacts("r001", log, 0, 1000.0, 1450.0, 8, seq_length=4096))
+    assert row["status"] == "finished" and "failure" not in row

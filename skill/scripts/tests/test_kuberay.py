@@ -215,3 +215,96 @@ def test_a_profile_run_on_the_cluster_is_wrapped_and_its_traces_come_through_the
     assert [p.read_bytes() for p in paths] == [b"\x1f\x8b trace bytes"]
     assert paths[0].parent == campaign.run_dir(run) / "traces"
     assert kube.execs[-1] == ("log-reader", ["cat", trace])
+
+
+def _iso(epoch):
+    import datetime
+    return datetime.datetime.fromtimestamp(epoch, datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def test_progress_is_the_age_of_the_log_by_the_log_pods_clock(kube, backend, tmp_path):
+    run_dir = tmp_path / "alice-llama8b-r010"
+    run_dir.mkdir()
+    backend.submit("alice-llama8b-r010", Recipe(TEXT), run_dir)
+    job = kube.rayjobs[("ml-tuning", "alice-llama8b-r010")]
+    job["status"] = {"jobStatus": "RUNNING", "jobDeploymentStatus": "Running", "startTime": "2026-11-02T09:00:00Z"}
+    remote = "/mnt/shared/alice-llama8b-r010/log.txt"
+    assert backend.status(run_dir).seconds_without_progress is None  # no log yet: the run has not written it
+    kube.mtimes[("log-reader", remote)] = 1_000_000_000
+    kube.clock = 1_000_000_000 + 1234  # the cluster's clock, years away from this host's: no skew counts
+    status = backend.status(run_dir)
+    assert status.state == "running" and status.seconds_without_progress == 1234.0
+    assert kube.execs[-1] == ("log-reader", ["sh", "-c", "stat -c %%Y %s && date +%%s" % remote])
+    job["status"] = {"jobStatus": "SUCCEEDED", "jobDeploymentStatus": "Complete"}
+    execs = len(kube.execs)
+    assert backend.status(run_dir).seconds_without_progress is None and len(kube.execs) == execs  # only while running
+
+
+def test_a_run_whose_log_stopped_is_torn_down_as_a_hang_and_charged_its_time(kube, cluster_campaign):
+    import time
+
+    from attune_core import runs
+    campaign, settings = cluster_campaign
+    run = runs.launch(campaign, settings, baseline=True, expected_gpu_hours=3.0)["run"]
+    started = int(time.time()) - 2000
+    kube.rayjobs[("ml-tuning", run)]["status"] = {"jobStatus": "RUNNING", "jobDeploymentStatus": "Running",
+                                                  "startTime": _iso(started)}
+    remote = "/mnt/shared/%s/log.txt" % run
+    kube.files[("log-reader", remote)] = "\n".join(
+        LINE.format(sec=i, it=i, cs=128 * i, ms=3400.0, loss=10 - 0.1 * i) for i in range(1, 8)).encode() + b"\n"
+    kube.mtimes[("log-reader", remote)] = 5_000
+    kube.clock = 5_000 + 600
+    assert runs.finalize(campaign, settings, run) is None  # quiet for 600 s: under the 900 s limit
+    kube.clock = 5_000 + 1000
+    result = runs.finalize(campaign, settings, run)
+    assert result["status"] == "timeout" and result["failure"]["class"] == "hang"
+    assert "no new iteration for 1000 s (limit 900 s), after iteration 7" == result["failure"]["evidence"]
+    assert ("ml-tuning", run) not in kube.rayjobs
+    charged = [r["gpu_seconds"] for r in campaign.gpu_log.rows()]
+    assert len(charged) == 1 and 16 * 2000 <= charged[0] <= 16 * 2100  # from the RayJob's start to the teardown
+
+
+def test_teardown_keeps_the_rayjobs_times(kube, backend, tmp_path):
+    run_dir = tmp_path / "alice-llama8b-r011"
+    run_dir.mkdir()
+    backend.submit("alice-llama8b-r011", Recipe(TEXT), run_dir)
+    kube.rayjobs[("ml-tuning", "alice-llama8b-r011")]["status"] = {
+        "jobStatus": "FAILED", "jobDeploymentStatus": "Complete",
+        "startTime": "2026-11-02T09:00:00Z", "endTime": "2026-11-02T09:10:00Z"}
+    status = backend.teardown(run_dir, timeout_s=5)
+    assert status.state == "torn_down" and status.ended - status.started == 600.0
+    assert backend.teardown(run_dir, timeout_s=5) == status  # a second teardown keeps what the first read
+    assert backend.status(run_dir) == status
+
+
+def test_events_do_not_fail_a_run_that_completed(kube, cluster_campaign):
+    from attune_core import runs
+    campaign, settings = cluster_campaign
+    run = runs.launch(campaign, settings, baseline=True, expected_gpu_hours=3.0)["run"]
+    kube.events = [
+        {"type": "Warning", "reason": "FailedScheduling", "kind": "Pod", "name": run + "-head-abc",
+         "message": "0/4 nodes are available: 4 Insufficient nvidia.com/gpu."},
+        {"type": "Warning", "reason": "Failed", "kind": "Pod", "name": run + "-worker-0",
+         "message": "Failed to pull image \"img\": rpc error: context deadline exceeded"}]
+    kube.rayjobs[("ml-tuning", run)]["status"] = {"jobStatus": "SUCCEEDED", "jobDeploymentStatus": "Complete",
+                                                  "startTime": "2026-11-02T09:00:00Z", "endTime": "2026-11-02T09:10:00Z"}
+    log = "\n".join(LINE.format(sec=i, it=i, cs=128 * i, ms=3400.0, loss=10 - 0.1 * i) for i in range(1, 21))
+    kube.files[("log-reader", "/mnt/shared/%s/log.txt" % run)] = log.encode() + b"\n"
+    result = runs.finalize(campaign, settings, run)
+    assert result["status"] == "finished" and "failure" not in result
+
+
+def test_a_run_torn_down_before_finalize_is_charged_from_its_start(kube, cluster_campaign):
+    import time
+
+    from attune_core import runs
+    campaign, settings = cluster_campaign
+    run = runs.launch(campaign, settings, baseline=True, expected_gpu_hours=3.0)["run"]
+    started = int(time.time()) - 300
+    kube.rayjobs[("ml-tuning", run)]["status"] = {"jobStatus": "RUNNING", "jobDeploymentStatus": "Running",
+                                                  "startTime": _iso(started)}
+    runs.teardown(campaign, settings, run)  # by hand, before any finalize
+    result = runs.finalize(campaign, settings, run)
+    assert result["status"] == "failed"
+    charged = [r["gpu_seconds"] for r in campaign.gpu_log.rows()]
+    assert len(charged) == 1 and 16 * 300 <= charged[0] <= 16 * 400

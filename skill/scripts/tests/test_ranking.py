@@ -202,6 +202,26 @@ def test_profile_runs_are_listed_but_never_scored(tmp_path):
     assert ranked.leader is ranked.baseline
 
 
+def test_runs_launched_through_the_profiler_hook_are_never_scored(tmp_path):
+    from attune_core import snapshot
+    b = Builder(tmp_path)
+    baseline(b)
+    hooks = [{"name": "profiler", "args": {"start": "10", "end": "12"}}]
+    b.launch("r004", "candidate", "fast", parent="r001", pod_hooks=hooks)
+    b.launch("r005", "confirm", "fast", parent="r004", pod_hooks=[{"name": "nccl_debug"}] + hooks)
+    b.launch("r006", "repeat", "base", parent="r001", pod_hooks=[{"name": "nccl_debug"}])
+    snapshot.take(b.campaign.dir, use_cache=True).finish()  # the launches are cached; the results merge into them
+    for run in ("r004", "r005", "r006"):
+        b.result(run, 500.0 if run != "r006" else 1000.0)
+    b.gate("r004")
+    for ranked in (rank(b), snapshot.take(b.campaign.dir, use_cache=True).ranking):
+        for run in ("r004", "r005"):
+            assert ranked.run(run).tokens is None
+            assert ranked.run_status(ranked.run(run)).startswith("not rankable: launched through the profiler pod hook")
+        assert ranked.run("r006").tokens is not None  # other hooks do not slow the steps
+        assert ranked.leader is ranked.baseline
+
+
 def test_a_noise_band_wider_than_a_lever_can_clear_is_pending(tmp_path):
     b = Builder(tmp_path / "c")
     for index, step in enumerate((1000.0, 1300.0, 1000.0), start=1):

@@ -74,3 +74,26 @@ def test_every_section_is_documented():
     text = (REPO / "skill" / "references" / "topology_check.md").read_text()
     for needle in ("nvidia.com/gpu.product", "Init COMPLETE", "NET/IB", "Not comparable with the baseline"):
         assert needle in text
+
+
+def test_a_local_run_with_no_log_has_no_log_facts(tmp_path, capsys):
+    from factory import Builder
+
+    from attune_core import cli, runs
+    b = Builder(tmp_path / "c")
+    b.launch("r001", "baseline", "base", gpus=16)
+    (b.campaign.run_dir("r001") / "recipe.yaml").write_text(TEXT)  # launched, never wrote a log
+    summary = runs.topology(b.campaign, b.settings, "r001")
+    assert summary["log"] is None and summary["problems"] == []
+    assert "nccl_ranks" not in summary["got"] and summary["got"]["gpus"] == 16
+    assert cli.main(["topology", "r001", "--campaign", str(b.campaign.dir)]) == 0
+    assert "log: none (no log facts)" in capsys.readouterr().out
+
+
+def test_empty_cluster_facts_are_unknown_not_a_difference():
+    # a run checked after its pods were gone (teardown, the RayCluster's TTL) has empty cluster facts
+    torn_down = {"nodes": [], "gpu_models": [], "gpus_on_nodes": {}, "nvlink": True}
+    live = {"nodes": ["node-a"], "gpu_models": ["NVIDIA-H200"], "gpus_on_nodes": {"node-a": 8}, "nvlink": True}
+    assert topology.comparable(torn_down, live) == [] and topology.comparable(live, torn_down) == []
+    assert topology.comparable(dict(live, gpu_models=["NVIDIA-H100"]), live) == [
+        "GPU models: ['NVIDIA-H100'] in the baseline, ['NVIDIA-H200'] here"]

@@ -70,3 +70,67 @@ def test_every_class_is_documented():
     text = (REPO / "skill" / "references" / "failure_triage.md").read_text()
     documented = re.findall(r"^## `(\w+)`", text, re.M)
     assert documented == list(triage.CLASSES)
+
+
+ITERATION = (" [2026-11-02 09:00:{sec:02d}] iteration {it:8d}/      20 | consumed samples: {cs:12d} | elapsed time per "
+             "iteration (ms): 3400.0 | learning rate: 3.000000E-04 | global batch size:   128 | lm loss: 9.0E+00 | "
+             "loss scale: 1.0 | grad norm: 1.234 | number of skipped iterations:   0 | number of nan iterations:   0 |")
+
+
+def completed_log(extra=()):
+    """A run that logged all 20 of its iterations, then ``extra`` lines."""
+    return [ITERATION.format(sec=i, it=i, cs=128 * i) for i in range(1, 21)] + list(extra)
+
+
+def classify_lines(lines, **kwargs):
+    return triage.classify(logparse.parse_lines(line + "\n" for line in lines), log_lines=lines, **kwargs)
+
+
+def test_an_oomkilled_event_is_the_cause_of_a_logged_nccl_timeout():
+    log = LOGS / "C_failures" / "mlm935_nccl_watchdog_distbackenderror.log"
+    event = "Warning  OOMKilled  pod/x-worker-3  Container ray-worker was OOMKilled"
+    found = classify_file(log, exit_code=1, events=["Normal  Pulled  pod/x  Successfully pulled image", event])
+    assert (found.cls, found.source, found.evidence) == ("oom", "events", event)
+    assert classify_file(log, exit_code=1).cls == "nccl_timeout"
+
+
+@pytest.mark.parametrize("line", [
+    "pretrain_gpt.py: error: unrecognized arguments: --foo",
+    "[rank0]: pretrain_gpt.py: error: argument --num-layers: invalid int value: 'x'",
+])
+def test_an_argparse_error_is_a_config_error(line):
+    lines = ["usage: pretrain_gpt.py [-h] [--num-layers NUM_LAYERS] ...", line]
+    found = classify_lines(lines, exit_code=2)
+    assert (found.cls, found.line_no, found.evidence) == ("config_error", 2, line.strip())
+
+
+def test_events_do_not_fail_a_run_that_exited_0_with_its_iterations():
+    transient = ["Warning  FailedScheduling  pod/x-head  0/8 nodes are available: 8 Insufficient nvidia.com/gpu.",
+                 "Warning  Failed  pod/x-worker  Failed to pull image \"registry.example/megatron:1\": timeout",
+                 "Warning  OOMKilled  pod/x-old  Container was OOMKilled"]
+    assert classify_lines(completed_log(), exit_code=0, events=transient) is None
+    assert classify_lines(completed_log(), exit_code=1, events=transient).cls == "unschedulable"
+    assert classify_lines([], exit_code=0, events=transient).cls == "unschedulable"  # nothing ran
+
+
+def test_pod_hook_lines_are_never_failure_evidence():
+    from pod_hooks.status import PREFIX
+    hook_lines = ["%s profiler failed: RuntimeError: no trace written" % PREFIX,
+                  "%s oom_snapshot failed: AssertionError: must be set" % PREFIX,
+                  "%s memory warning: torch.OutOfMemoryError: CUDA out of memory (a hook's own)" % PREFIX,
+                  "%s nccl_debug failed: ProcessGroupNCCL Timeout reading a file" % PREFIX]
+    assert classify_lines(completed_log(hook_lines), exit_code=0) is None
+    assert logparse.parse_lines(line + "\n" for line in hook_lines)["failures"] == []
+    # the run's own error lines still count, and a hook's line never stands in for the exit code
+    assert classify_lines(completed_log(hook_lines), exit_code=1).source == "exit_code"
+    assert classify_lines(completed_log(["RuntimeError: boom"] + hook_lines), exit_code=1).evidence == \
+        "RuntimeError: boom"
+
+
+def test_exit_0_after_the_last_iteration_is_finished_whatever_prints_after_it():
+    shutdown = ["[exiting program at iteration 20]", "Exception ignored in: <function Pool.__del__ at 0x7f>",
+                "Traceback (most recent call last):", "TypeError: 'NoneType' object is not callable"]
+    assert classify_lines(completed_log(shutdown), exit_code=0) is None
+    # the same lines after 15 of 20 iterations, or with a failed exit, are still a crash
+    assert classify_lines(completed_log()[:15] + shutdown, exit_code=0).cls == "crash"
+    assert classify_lines(completed_log(shutdown), exit_code=1).evidence == shutdown[-1]

@@ -1,0 +1,321 @@
+"""The projection model: memory against hand-worked literature examples, invariants (hypothesis),
+the public ``project`` contract, and params.json against a refit of the copied CSV."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+
+import numpy as np
+import pytest
+import yaml
+from hypothesis import HealthCheck, assume, given, settings, strategies as st
+
+from attune_core.errors import InputError
+from conftest import DATA
+from projection import api, calibrate, config, dataset, hardware, memory, model
+from projection.api import ConfigError, project
+
+CASES = yaml.safe_load((DATA / "projection" / "memory_cases.yaml").read_text())["cases"]
+FAST = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+LLAMA8B = {"--num-layers": "32", "--hidden-size": "4096", "--ffn-hidden-size": "14336", "--num-attention-heads": "32",
+           "--group-query-attention": True, "--num-query-groups": "8", "--swiglu": True, "--vocab-size": "128256",
+           "--untie-embeddings-and-output-weights": True, "--seq-length": "8192", "--micro-batch-size": "1",
+           "--global-batch-size": "128", "--bf16": True, "--use-distributed-optimizer": True}
+DSV3 = {"--num-layers": "61", "--hidden-size": "7168", "--ffn-hidden-size": "18432", "--num-attention-heads": "128",
+        "--multi-latent-attention": True, "--q-lora-rank": "1536", "--kv-lora-rank": "512", "--qk-head-dim": "128",
+        "--qk-pos-emb-head-dim": "64", "--v-head-dim": "128", "--num-experts": "256", "--moe-router-topk": "8",
+        "--moe-ffn-hidden-size": "2048", "--moe-shared-expert-intermediate-size": "2048",
+        "--moe-layer-freq": "[0]*3+[1]*58", "--mtp-num-layers": "1", "--swiglu": True, "--vocab-size": "129280",
+        "--untie-embeddings-and-output-weights": True, "--seq-length": "4096", "--micro-batch-size": "1",
+        "--global-batch-size": "8192", "--pipeline-model-parallel-size": "8",
+        "--pipeline-model-parallel-layout": "Et*8|(t*8|)*6t*5mL", "--expert-model-parallel-size": "64",
+        "--moe-token-dispatcher-type": "flex", "--bf16": True, "--fp8-format": "e4m3", "--fp8-recipe": "mxfp8",
+        "--use-distributed-optimizer": True, "--overlap-grad-reduce": True, "--overlap-param-gather": True}
+
+
+def job_of(args, gpus, gpu="H100"):
+    return config.parse(args, gpus, gpu, hardware.get(gpu).gpus_per_node)
+
+
+# ------------------------------------------------------------------------------ memory, literature
+@pytest.mark.parametrize("case", CASES, ids=[c["name"] for c in CASES])
+def test_memory_against_hand_worked_examples(case):
+    job = job_of(case["args"], case["gpus"])
+    kind, want = case["kind"], case["expected"]
+    if kind == "layer_activations":
+        got = model.layer_activations(job, False, False)
+    elif kind == "layer_activations_full":
+        got = model.layer_activations(job, False, True)
+    elif kind == "first_stage_layers_in_flight":
+        got = memory.in_flight(job, 0) * len(job.stages[0][0])
+    elif kind == "first_stage_decoder_activations":
+        got = memory.decoder_activations(job, 0)
+    elif kind == "total_parameters":
+        got = model.model_params(job)["total"]
+    elif kind == "weight_grad_optimizer_bytes":
+        parts = memory.rank_memory(job, 0)
+        got, want = [parts[k] for k in sorted(want)], [want[k] for k in sorted(want)]
+    elif kind == "rank_parameters":
+        dense, expert = model.rank_params(job, 0)
+        got, want = [model.model_params(job)["total"], dense, expert], [want["total"], want["dense"], want["expert"]]
+    else:
+        raise AssertionError("unknown kind %s" % kind)
+    assert np.allclose(got, want, rtol=1e-12, atol=0), (got, want)
+
+
+def test_memory_verdict_uses_the_safety_margin():
+    out = project(dict(LLAMA8B, **{"--recompute-granularity": "full", "--recompute-method": "uniform",
+                                   "--recompute-num-layers": "1"}), 8, "H100")
+    mem = out["memory"]
+    assert mem["usable_gib"] == pytest.approx(80 * (1 - memory.SAFETY))
+    assert mem["total_gib"] == pytest.approx(sum(mem["breakdown_gib"].values()))
+    assert mem["fits"] == (mem["total_gib"] <= mem["usable_gib"])
+    assert mem["margin_gib"] == pytest.approx(mem["usable_gib"] - mem["total_gib"])
+
+
+# ------------------------------------------------------------------------------------ properties
+layouts = st.fixed_dictionaries({
+    "tp": st.sampled_from([1, 2, 4, 8]), "pp": st.sampled_from([1, 2, 4]), "cp": st.sampled_from([1, 2]),
+    "dp": st.sampled_from([1, 2, 4]), "mbs": st.sampled_from([1, 2]), "layers_per_stage": st.integers(1, 4),
+    "sp": st.booleans(), "moe": st.booleans(), "flash": st.booleans()})
+
+
+def dense_args(d, **extra):
+    args = {"--num-layers": str(d["layers_per_stage"] * d["pp"] * 2), "--hidden-size": "2048",
+            "--num-attention-heads": "16", "--group-query-attention": True, "--num-query-groups": "8",
+            "--swiglu": True, "--ffn-hidden-size": "5632", "--vocab-size": "32000", "--seq-length": "2048",
+            "--micro-batch-size": str(d["mbs"]), "--global-batch-size": str(d["mbs"] * d["dp"] * 8),
+            "--tensor-model-parallel-size": str(d["tp"]), "--pipeline-model-parallel-size": str(d["pp"]),
+            "--context-parallel-size": str(d["cp"]), "--bf16": True, "--use-distributed-optimizer": True}
+    if d["sp"] and d["tp"] > 1:
+        args["--sequence-parallel"] = True
+    if d["moe"]:
+        args.update({"--num-experts": "8", "--moe-router-topk": "2", "--moe-ffn-hidden-size": "1408",
+                     "--expert-model-parallel-size": "2" if d["dp"] * d["cp"] % 2 == 0 else "1"})
+    if not d["flash"]:
+        args["--attention-backend"] = "unfused"
+    args.update(extra)
+    return args
+
+
+def activations(d, **extra):
+    args = dense_args(d, **extra)
+    job = job_of(args, d["tp"] * d["pp"] * d["cp"] * d["dp"])
+    return max(memory.decoder_activations(job, rank) for rank in range(job.pp))
+
+
+@FAST
+@given(layouts, st.lists(st.sampled_from(config.SELECTIVE_MODULES), min_size=1, max_size=4))
+def test_more_selective_recompute_never_raises_activation_memory(d, modules):
+    none = activations(d)
+    some = activations(d, **{"--recompute-granularity": "selective", "--recompute-modules": " ".join(modules[:1])})
+    more = activations(d, **{"--recompute-granularity": "selective", "--recompute-modules": " ".join(modules)})
+    assert none >= some >= more
+
+
+@FAST
+@given(layouts, st.integers(1, 4))
+def test_more_full_recompute_never_raises_activation_memory(d, n):
+    none = activations(d)
+    block = lambda k: activations(d, **{"--recompute-granularity": "full", "--recompute-method": "block",  # noqa
+                                        "--recompute-num-layers": str(k)})
+    uniform = activations(d, **{"--recompute-granularity": "full", "--recompute-method": "uniform",
+                                "--recompute-num-layers": "1"})
+    assert none >= block(n) >= block(n + 1) - 1e-6
+    assert none >= uniform
+
+
+@FAST
+@given(layouts, st.sampled_from([2, 4, 8]))
+def test_more_tp_never_raises_weight_memory(d, factor):
+    assume(d["tp"] * factor <= 16)
+    small = dict(d)
+    large = dict(d, tp=d["tp"] * factor)
+    weights = []
+    for layout in (small, large):
+        job = job_of(dense_args(layout), layout["tp"] * layout["pp"] * layout["cp"] * layout["dp"])
+        weights.append(max(memory.rank_memory(job, r)["weights"] for r in range(job.pp)))
+    assert weights[1] <= weights[0]
+
+
+@FAST
+@given(st.sampled_from([2, 4, 8]), st.sampled_from([1, 2]), st.integers(1, 6), st.integers(1, 4))
+def test_bubble_share_shrinks_as_microbatches_grow(pp, vp, m, more):
+    assume(vp == 1 or pp > 2)
+    args = dict(LLAMA8B, **{"--pipeline-model-parallel-size": str(pp), "--num-layers": str(8 * pp)})
+    if vp > 1:
+        args["--num-layers-per-virtual-pipeline-stage"] = str(8 // vp)
+    shares = []
+    for count in (m, m + more):
+        out = project(dict(args, **{"--global-batch-size": str(count * 2)}), 2 * pp, "H100")
+        assert out["layout"]["microbatches"] == count
+        shares.append(out["time"]["bubble_s"] / out["time"]["step_s"])
+    assert shares[1] < shares[0]
+    assert out["time"]["bubble_s"] > 0
+
+
+def broken_rules(tp, pp, cp, gpus, layers, heads, groups, mbs, gbs, sp):
+    """An independent statement of Megatron's layout rules: the names of the rules a layout breaks."""
+    out = set()
+    if gpus % (tp * pp * cp):
+        out.add("world-size")
+    elif gbs % (mbs * gpus // (tp * pp * cp)):
+        out.add("global-batch")
+    if layers % pp:
+        out.add("layers-per-stage")
+    if sp and tp == 1:
+        out.add("sequence-parallel")
+    if heads % tp:
+        out.add("heads-per-rank")
+    if groups % tp and tp % groups:
+        out.add("query-groups-per-rank")
+    return out
+
+
+@FAST
+@given(st.sampled_from([1, 2, 3, 4, 8]), st.sampled_from([1, 2, 3, 4]), st.sampled_from([1, 2]),
+       st.sampled_from([4, 6, 8, 12, 16, 24]), st.sampled_from([12, 16, 18, 24]), st.sampled_from([8, 12, 24]),
+       st.sampled_from([4, 8]), st.sampled_from([1, 2, 3]), st.sampled_from([12, 16, 48]), st.booleans())
+def test_illegal_layouts_are_refused_with_the_rule_named(tp, pp, cp, gpus, layers, heads, groups, mbs, gbs, sp):
+    assume(heads % groups == 0)
+    args = {"--num-layers": str(layers), "--hidden-size": str(64 * heads), "--num-attention-heads": str(heads),
+            "--group-query-attention": True, "--num-query-groups": str(groups), "--seq-length": "1024",
+            "--micro-batch-size": str(mbs), "--global-batch-size": str(gbs), "--vocab-size": "32000",
+            "--tensor-model-parallel-size": str(tp), "--pipeline-model-parallel-size": str(pp),
+            "--context-parallel-size": str(cp), "--bf16": True}
+    if sp:
+        args["--sequence-parallel"] = True
+    expected = broken_rules(tp, pp, cp, gpus, layers, heads, groups, mbs, gbs, sp)
+    if not expected:
+        project(args, gpus, "H100")
+        return
+    with pytest.raises(ConfigError) as raised:
+        project(args, gpus, "H100")
+    assert any(rule in str(raised.value) for rule in expected), (expected, str(raised.value))
+
+
+@pytest.mark.parametrize("change, rule", [
+    ({"--tensor-model-parallel-size": "3", "gpus": 24}, "heads-per-rank: --num-attention-heads 32 is not divisible "
+                                                        "by --tensor-model-parallel-size 3"),
+    ({"--num-experts": "6", "--expert-model-parallel-size": "4"}, "experts-per-rank"),
+    ({"--context-parallel-size": "2", "--seq-length": "8190"}, "seq-length-cp"),
+    ({"--pipeline-model-parallel-size": "2", "--num-layers-per-virtual-pipeline-stage": "8"}, "interleaved-pp"),
+    ({"--recompute-method": "uniform"}, "recompute-method"),
+    ({"--pipeline-model-parallel-size": "4", "--pipeline-model-parallel-layout": "Et*8|t*8|t*8|t*7L"},
+     "pipeline-layout"),
+    ({"--expert-model-parallel-size": "2"}, "expert-parallel"),
+])
+def test_each_refusal_names_its_rule(change, rule):
+    change = dict(change)
+    gpus = change.pop("gpus", 8)
+    with pytest.raises(ConfigError, match=re.escape(rule)):
+        project(dict(LLAMA8B, **change), gpus, "H100")
+
+
+# ------------------------------------------------------------------------------ public contract
+def test_project_contract_and_identities():
+    out = project(dict(LLAMA8B, **{"--fp8-format": "hybrid", "--fp8-recipe": "tensorwise",
+                                   "--overlap-grad-reduce": True, "--overlap-param-gather": True}), 8, "H100")
+    assert set(out) == {"hardware", "gpus", "gpus_per_node", "layout", "memory", "time", "tokens_per_s_per_gpu",
+                        "model_tflops_per_gpu", "mfu", "params", "warnings"}
+    assert set(out["layout"]) == {"tp", "pp", "vp", "cp", "ep", "etp", "dp", "sp", "microbatches"}
+    assert set(out["memory"]) == {"total_gib", "hbm_gib", "usable_gib", "fits", "margin_gib", "breakdown_gib"}
+    assert set(out["memory"]["breakdown_gib"]) == {"weights", "grads", "optimizer", "activations", "overhead"}
+    assert {"step_s", "compute_s", "comm_s", "exposed_comm_s", "bubble_s"} <= set(out["time"])
+    t = out["time"]
+    assert t["compute_s"] + t["exposed_comm_s"] + t["bubble_s"] == pytest.approx(t["step_s"])
+    assert out["tokens_per_s_per_gpu"] == pytest.approx(128 * 8192 / (t["step_s"] * 8))
+    job = job_of(LLAMA8B, 8)
+    assert out["model_tflops_per_gpu"] == pytest.approx(model.model_flops(job) / t["step_s"] / 8 / 1e12)
+    assert out["mfu"] == pytest.approx(out["model_tflops_per_gpu"] * 1e12 / hardware.get("H100").peak("fp8"))
+    assert out["layout"] == {"tp": 1, "pp": 1, "vp": 1, "cp": 1, "ep": 1, "etp": 1, "dp": 8, "sp": False,
+                             "microbatches": 16}
+    assert out["params"]["calibrated"] is True and out["params"]["family"] == "H100"
+    json.dumps(out)  # plain data
+
+
+def test_warnings_name_defaults_and_uncalibrated_hardware():
+    args = {k: v for k, v in LLAMA8B.items() if k != "--vocab-size"}
+    out = project(args, 8, "MI300X")
+    text = " ".join(out["warnings"])
+    assert "--vocab-size" in text and str(config.DEFAULT_VOCAB) in text
+    assert "uncalibrated" in text and out["params"]["calibrated"] is False
+    assert project(LLAMA8B, 8, "h200")["params"]["family"] == "H100"  # same compute die as H100
+
+
+def test_errors_are_input_errors():
+    assert issubclass(ConfigError, InputError)
+    with pytest.raises(InputError, match="unknown hardware"):
+        project(LLAMA8B, 8, "TPUv5")
+    with pytest.raises(ConfigError, match="precision"):
+        project(dict(LLAMA8B, **{"--fp8-format": "hybrid"}), 8, "A100")
+
+
+def test_moe_mla_projection_and_flops_match_the_published_convention():
+    out = project(DSV3, 1024, "GB200")
+    assert out["layout"]["dp"] == 128 and out["layout"]["ep"] == 64
+    assert out["time"]["comm_s"]["ep"] > 0 and out["tokens_per_s_per_gpu"] > 0
+    # Megatron-Bridge prints tokens/s and TFLOP/s; its FLOPs per token equal model.model_flops's
+    # (DeepSeek-V3 with MTP, Llama 3.1 405B, Qwen3-235B) to 0.5%.
+    rows = {row.row_id: row for row in dataset.load()[0]}
+    for row_id, tokens, tflops in (("dc4abfe5b1", 6288, 1635), ("392259fc41", 1048, 2646),
+                                   ("0f10b2ec98", 8816, 1306)):
+        row = rows[row_id]
+        job = job_of(row.args, row.gpus, row.gpu)
+        assert model.model_flops(job) / (job.gbs * job.seq) * tokens / 1e12 == pytest.approx(tflops, rel=0.005)
+
+
+def test_hardware_table_is_complete_and_sourced():
+    for name in ("A100", "H100", "H200", "B200", "B300", "GB200", "GB300", "MI300X", "MI325X", "MI355X"):
+        gpu = hardware.get(name)
+        assert gpu.peak_tflops["bf16"] > 0 and gpu.hbm_gib > 0 and gpu.hbm_tbs > 0
+        assert gpu.intra_gbs > gpu.inter_gbs > 0 and gpu.source
+    assert hardware.get("GB200").gpus_per_node == 72 and hardware.get("H100").gpus_per_node == 8
+    assert hardware.get("H100").peak("fp8") == pytest.approx(2 * hardware.get("H100").peak("bf16"))
+
+
+# ---------------------------------------------------------------------------------- calibration
+@pytest.fixture(scope="module")
+def refit():
+    rows, excluded = dataset.load()
+    problem = calibrate.Problem(rows)
+    return problem, calibrate.fit(problem), excluded
+
+
+def test_params_json_is_what_calibrate_produces(refit):
+    problem, p, excluded = refit
+    stored = json.loads(api.PARAMS.read_text())
+    assert stored["rows_used"] == len(problem.rows)
+    assert stored["row_ids"] == [row.row_id for row in problem.rows]
+    u, families = calibrate.params_dict(problem, p)
+    assert calibrate.same_fit(stored, {"row_ids": stored["row_ids"], "global": u, "families": families},
+                              rtol=1e-5) == []
+    assert stored["data"]["sha256"] == __import__("hashlib").sha256(dataset.CSV.read_bytes()).hexdigest()
+    assert sum(stored["rows_excluded"].values()) == len(excluded)
+
+
+def test_recorded_leave_one_out_matches_a_recomputation_on_a_subset(refit):
+    problem, p, _ = refit
+    stored = json.loads(api.PARAMS.read_text())["loo"]
+    table = {row["row_id"]: row for row in stored["table"]}
+    errors = np.abs([row["error_pct"] for row in stored["table"]])
+    assert stored["median_abs_pct"] == pytest.approx(float(np.median(errors)), abs=0.01)
+    assert stored["p90_abs_pct"] == pytest.approx(float(np.percentile(errors, 90)), abs=0.01)
+    assert stored["median_abs_pct"] <= 10.0
+    picks = [0, len(problem.rows) // 2, len(problem.rows) - 1]
+    again = calibrate.leave_out(problem, p, np.arange(len(problem.rows)), only=picks)
+    for i in picks:
+        assert again[i] == pytest.approx(table[problem.rows[i].row_id]["predicted"], rel=1e-3)
+
+
+def test_exclusion_rules_are_stated_and_applied():
+    _, excluded = dataset.load()
+    reasons = {reason for reason, *_ in excluded.values()}
+    assert reasons <= {"stack", "workload", "hybrid", "shape", "nvfp4", "precision", "layout", "fsdp",
+                       "optimizer", "batch", "measurement", "superseded"}
+    for reason in reasons:
+        assert "``%s``" % reason in dataset.__doc__
+    assert all(not math.isnan(row.tokens_per_s_per_gpu) for row in dataset.load()[0])
