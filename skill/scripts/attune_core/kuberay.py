@@ -57,6 +57,23 @@ def rayjob_state(status: dict) -> str:
     return "pending"
 
 
+def _images(spec: dict) -> list:
+    """``[(where, image)]`` of every container and init container in the RayJob's pod templates."""
+    cluster = spec.get("rayClusterSpec") or {}
+    groups = [("head", cluster.get("headGroupSpec") or {})] + [
+        ("group %s" % (group.get("groupName") or index), group)
+        for index, group in enumerate(cluster.get("workerGroupSpecs") or [])]
+    submitter = (spec.get("submitterPodTemplate") or {})
+    if submitter:
+        groups.append(("submitter", {"template": submitter}))
+    out = []
+    for where, group in groups:
+        pod = ((group.get("template") or {}).get("spec") or {})
+        for container in (pod.get("containers") or []) + (pod.get("initContainers") or []):
+            out.append(("%s container %s" % (where, container.get("name")), container.get("image")))
+    return out
+
+
 class KubeRayBackend(object):
     name = "kuberay"
 
@@ -85,6 +102,11 @@ class KubeRayBackend(object):
         spec = manifest.setdefault("spec", {})
         for key, value in DEFAULTS.items():
             spec.setdefault(key, value)
+        wrong = ["%s %s" % (where, image) for where, image in _images(spec) if image != self.settings.image]
+        if wrong:
+            raise InputError("RayJob %s: container image(s) other than ATTUNE_IMAGE=%s: %s. Fix: the campaign runs "
+                             "one image: set it in the baseline recipe's pod templates (or ATTUNE_IMAGE to the image "
+                             "the baseline uses, for a new campaign)" % (run, self.settings.image, "; ".join(wrong)))
         return manifest
 
     def submit(self, run: str, recipe: Recipe, run_dir: Path) -> None:

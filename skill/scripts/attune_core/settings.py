@@ -65,7 +65,8 @@ SPECS = (
     Spec("ATTUNE_NAMESPACE", "namespace", "str", "",
          "namespace the campaign's RayJobs run in (kuberay: required)", "ml-tuning", group="cluster"),
     Spec("ATTUNE_IMAGE", "image", "str", "",
-         "container image of the training job (kuberay: required)", "registry.example.com/megatron:25.04",
+         "container image of the training job (kuberay: required; a RayJob whose pod templates name another image "
+         "is refused at submission)", "registry.example.com/megatron:25.04",
          group="cluster"),
     Spec("ATTUNE_SHARED_DIR", "shared_dir", "str", "",
          "shared volume path where run pods write logs and traces (kuberay: required)", "/mnt/shared/attune",

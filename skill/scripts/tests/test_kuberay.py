@@ -27,7 +27,7 @@ def kube():
 @pytest.fixture
 def backend(kube):
     settings = make_settings(ATTUNE_BACKEND="kuberay", ATTUNE_KUBE_CONTEXT="test", ATTUNE_NAMESPACE="ml-tuning",
-                             ATTUNE_IMAGE="img", ATTUNE_SHARED_DIR="/mnt/shared", AUTOTUNE_LOG_POD="log-reader",
+                             ATTUNE_IMAGE="registry.example.com/megatron:25.04", ATTUNE_SHARED_DIR="/mnt/shared", AUTOTUNE_LOG_POD="log-reader",
                              ATTUNE_RUN_PREFIX="alice-llama8b-")
     return KubeRayBackend(settings, api_client=kube.api_client())
 
@@ -143,7 +143,7 @@ def cluster_campaign(kube, tmp_path, monkeypatch):
     baseline = tmp_path / "baseline.yaml"
     shutil.copy(DATA / "recipes" / "megatron_rayjob.yaml", baseline)
     settings = make_settings(ATTUNE_BACKEND="kuberay", ATTUNE_KUBE_CONTEXT="test", ATTUNE_NAMESPACE="ml-tuning",
-                             ATTUNE_IMAGE="img", ATTUNE_SHARED_DIR="/mnt/shared", AUTOTUNE_LOG_POD="log-reader",
+                             ATTUNE_IMAGE="registry.example.com/megatron:25.04", ATTUNE_SHARED_DIR="/mnt/shared", AUTOTUNE_LOG_POD="log-reader",
                              ATTUNE_RUN_PREFIX="alice-llama8b-", ATTUNE_BASELINE_YAML=str(baseline))
     return campaign_mod.init(tmp_path / "c", settings, "alice-llama8b-e2e"), settings
 
@@ -308,3 +308,16 @@ def test_a_run_torn_down_before_finalize_is_charged_from_its_start(kube, cluster
     assert result["status"] == "failed"
     charged = [r["gpu_seconds"] for r in campaign.gpu_log.rows()]
     assert len(charged) == 1 and 16 * 300 <= charged[0] <= 16 * 400
+
+
+def test_a_recipe_running_another_image_than_the_campaigns_is_refused(kube, backend, tmp_path):
+    text = (DATA / "recipes" / "megatron_rayjob.yaml").read_text().replace(
+        "name: ray-worker\n                image: registry.example.com/megatron:25.04",
+        "name: ray-worker\n                image: registry.example.com/megatron:nightly")
+    run_dir = tmp_path / "alice-llama8b-r009"
+    run_dir.mkdir()
+    with pytest.raises(InputError, match="container image\\(s\\) other than ATTUNE_IMAGE=registry.example.com/"
+                                         "megatron:25.04: group gpu-workers container ray-worker "
+                                         "registry.example.com/megatron:nightly"):
+        backend.submit("alice-llama8b-r009", Recipe(text), run_dir)
+    assert not kube.rayjobs

@@ -61,7 +61,7 @@ def test_the_submitted_rayjob_validates(validator):
     from factory import settings as make_settings
     from attune_core.kuberay import KubeRayBackend
     settings = make_settings(ATTUNE_BACKEND="kuberay", ATTUNE_KUBE_CONTEXT="c", ATTUNE_NAMESPACE="ml",
-                             ATTUNE_IMAGE="i", ATTUNE_SHARED_DIR="/s", AUTOTUNE_LOG_POD="p")
+                             ATTUNE_IMAGE="registry.example.com/megatron:25.04", ATTUNE_SHARED_DIR="/s", AUTOTUNE_LOG_POD="p")
     body = KubeRayBackend(settings, api_client=client.ApiClient()).body("test-fixture-r001", Recipe(TEXT))
     assert [error.message for error in validator.iter_errors(body)] == []
     assert body["metadata"]["name"] == "test-fixture-r001"
