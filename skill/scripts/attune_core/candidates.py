@@ -14,6 +14,7 @@ import json
 import os
 import re
 from pathlib import Path
+from typing import Optional
 
 from . import legality, workload
 from .campaign import RUNS, Campaign
@@ -103,8 +104,32 @@ def gate_config(baseline, child, settings) -> dict:
             "changes": [{"name": row["name"], "kind": row["kind"], "class": row["class"]} for row in found["changes"]]}
 
 
+def projected(recipe, hardware: str = None) -> Optional[dict]:
+    """The projection of ``recipe`` on ``hardware`` (the recipe's ATTUNE_SIM_HARDWARE when not given), as the
+    ledger keeps it; None when no hardware is known. An illegal layout is an InputError naming the rule."""
+    hardware = hardware or recipe.env().get("ATTUNE_SIM_HARDWARE")
+    if not hardware:
+        return None
+    from projection.api import project
+    env = recipe.env()
+    per_node = env.get("ATTUNE_SIM_GPUS_PER_NODE")
+    gpus = int(env["ATTUNE_SIM_GPUS"]) if env.get("ATTUNE_SIM_GPUS", "").isdigit() else recipe.gpus()
+    out = project(recipe.args(), gpus, hardware, int(per_node) if per_node and per_node.isdigit() else None)
+    mem = out["memory"]
+    return {"hardware": out["hardware"], "gpus": out["gpus"], "tokens_per_s_per_gpu": out["tokens_per_s_per_gpu"],
+            "step_s": out["time"]["step_s"], "mfu": out["mfu"], "memory_gib": mem["total_gib"],
+            "usable_gib": mem["usable_gib"], "fits": mem["fits"], "breakdown_gib": mem["breakdown_gib"],
+            "calibrated": out["params"].get("calibrated")}
+
+
+def describe_memory(projection: dict) -> str:
+    return "%.1f GiB of %.1f GiB usable (%s)" % (
+        projection["memory_gib"], projection["usable_gib"],
+        ", ".join("%s %.1f" % item for item in projection["breakdown_gib"].items()))
+
+
 def new(campaign: Campaign, settings, parent: str, changes: list, lever: str, hypothesis: str,
-        gpu: str = None, pod_hooks: list = None) -> dict:
+        gpu: str = None, pod_hooks: list = None, force: bool = False) -> dict:
     """Check and write a candidate; return its record. Nothing is written when a check fails."""
     if not lever or not lever.strip():
         raise InputError("--lever is empty: name the one lever this candidate tries (levers.md)")
@@ -123,6 +148,11 @@ def new(campaign: Campaign, settings, parent: str, changes: list, lever: str, hy
     if violations:
         raise CheckFailed("the candidate is not a legal Megatron-LM configuration: %s"
                           % "; ".join(str(v) for v in violations))
+    projection = projected(child, gpu)
+    if projection is not None and not projection["fits"] and not force:
+        raise CheckFailed("the projection says the candidate does not fit in GPU memory on %s: %s. Fix: choose a "
+                          "lever that fits the headroom, or --force to spend GPU time on it anyway"
+                          % (projection["hardware"], describe_memory(projection)))
     run, directory = allocate_run(campaign, settings.run_prefix)
     text = child.render()
     (directory / "recipe.yaml").write_text(text, encoding="utf-8")
@@ -132,5 +162,7 @@ def new(campaign: Campaign, settings, parent: str, changes: list, lever: str, hy
     if pod_hooks:
         record["pod_hooks"] = pod_hooks
     record["gate_config"] = gate_config(baseline, child, settings)
+    if projection is not None:
+        record["projection"] = projection
     (directory / "candidate.json").write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
     return record

@@ -280,11 +280,16 @@ def cmd_candidate(args) -> int:
     settings = campaign.settings(config_file=args.config)
     changes = candidates.parse_changes(args.set or (), args.unset or (), args.env or (), args.unset_env or ())
     record = candidates.new(campaign, settings, args.parent, changes, args.lever, args.hypothesis, args.gpu,
-                            podhooks.parse(args.pod_hook))
+                            podhooks.parse(args.pod_hook), force=args.force)
     lines = ["run: %s" % record["run"], "recipe: %s" % (campaign.run_dir(record["run"]) / "recipe.yaml"),
              "parent: %s" % record["parent"], "lever: %s" % record["lever"], "gpus: %d" % record["gpus"]]
     lines += ["change: %s" % results_mod.describe_change(item) for item in record["change"]]
     lines += ["pod_hook: %s" % podhooks.describe(hook) for hook in record.get("pod_hooks", ())]
+    if "projection" in record:
+        proj = record["projection"]
+        lines.append("projection: %.1f tokens/s/GPU on %s, memory %s%s" % (
+            proj["tokens_per_s_per_gpu"], proj["hardware"], candidates.describe_memory(proj),
+            "" if proj["fits"] else " (DOES NOT FIT: launched only because of --force)"))
     gate = record["gate_config"]
     lines += ["gate_class: %s %s" % (item["name"], item["class"]) for item in gate["changes"]]
     lines += ["warning: the gate will fail this candidate, so it can never lead or ship: %s" % reason
@@ -296,6 +301,38 @@ def cmd_candidate(args) -> int:
 def _settings(args, campaign):
     campaign.require_ledger()
     return campaign.settings(config_file=getattr(args, "config", None))
+
+
+@verb("project", "the analytic projection of a recipe: memory per GPU against HBM with its breakdown, step time "
+                 "(compute, communication, bubble), tokens/s/GPU, TFLOP/s and MFU (exit 1 when it does not fit)")
+def cmd_project(args) -> int:
+    from projection.api import project
+    from .recipe import Recipe
+    path = Path(args.recipe)
+    if not path.is_file():
+        raise InputError("%s: no such recipe. Fix: give a RayJob YAML" % path)
+    recipe = Recipe(path.read_text(encoding="utf-8"), str(path))
+    env = recipe.env()
+    hardware = args.hardware or env.get("ATTUNE_SIM_HARDWARE")
+    if not hardware:
+        raise InputError("no hardware: give --hardware (H100, B200, MI300X, ...)")
+    gpus = args.gpus or (int(env["ATTUNE_SIM_GPUS"]) if env.get("ATTUNE_SIM_GPUS", "").isdigit() else recipe.gpus())
+    out = project(recipe.args(), gpus, hardware, args.gpus_per_node)
+    mem, time_ = out["memory"], out["time"]
+    layout = " ".join("%s=%s" % item for item in out["layout"].items())
+    lines = ["recipe: %s" % path, "hardware: %s x %d (%d per node)" % (out["hardware"], out["gpus"], out["gpus_per_node"]),
+             "layout: %s" % layout,
+             "memory: %.1f GiB of %.1f GiB usable (%.0f GiB HBM): %s" % (
+                 mem["total_gib"], mem["usable_gib"], mem["hbm_gib"], "fits" if mem["fits"] else "DOES NOT FIT"),
+             "memory_breakdown_gib: %s" % ", ".join("%s %.2f" % item for item in mem["breakdown_gib"].items()),
+             "step_s: %.4f (compute %.4f, exposed communication %.4f, bubble %.4f)" % (
+                 time_["step_s"], time_["compute_s"], time_["exposed_comm_s"], time_["bubble_s"]),
+             "tokens_per_s_per_gpu: %.1f" % out["tokens_per_s_per_gpu"],
+             "model_tflops_per_gpu: %.1f" % out["model_tflops_per_gpu"], "mfu: %.3f" % out["mfu"],
+             "calibrated: %s" % out["params"].get("calibrated")]
+    lines += ["warning: %s" % warning for warning in out["warnings"]]
+    _emit(args, out, "\n".join(lines))
+    return EXIT_OK if mem["fits"] else EXIT_CHECK_FAILED
 
 
 @verb("launch", "launch a candidate (RUN), the baseline (--baseline) or a repeat (--repeat-of RUN [--confirm]); "
@@ -596,6 +633,8 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("--gpu", help="GPU model (h100, b200, ...) for the rules that depend on it")
             p.add_argument("--pod-hook", action="append", metavar="NAME[:KEY=VALUE,...]",
                            help="run the candidate through this in-pod hook (scripts/pod_hooks/README.md); repeatable")
+            p.add_argument("--force", action="store_true",
+                           help="write the candidate even when the projection says it does not fit in GPU memory")
         elif name == "launch":
             p.add_argument("run", nargs="?", help="a candidate written by `attune candidate new`")
             p.add_argument("--baseline", action="store_true", help="launch the baseline (again: a repeat)")
@@ -609,6 +648,12 @@ def build_parser() -> argparse.ArgumentParser:
                                 "never ranked); set the steps with --pod-hook profiler:start=N,end=M")
             p.add_argument("--pod-hook", action="append", metavar="NAME[:KEY=VALUE,...]",
                            help="also run this launch through an in-pod hook (scripts/pod_hooks/README.md); repeatable")
+        elif name == "project":
+            p.add_argument("recipe", help="a RayJob YAML (a campaign's runs/RUN/recipe.yaml, or any recipe)")
+            p.add_argument("--hardware", help="GPU type: A100, H100, H200, B200, B300, GB200, GB300, MI300X, MI325X, "
+                                              "MI355X (default: the recipe's ATTUNE_SIM_HARDWARE)")
+            p.add_argument("--gpus", type=int, help="total GPUs (default: the recipe's worker groups)")
+            p.add_argument("--gpus-per-node", type=int, help="GPUs per node (default: the hardware's)")
         elif name in ("poll", "finalize", "teardown", "topology"):
             p.add_argument("run", help="the run id")
             if name == "finalize":

@@ -41,6 +41,7 @@ class RunView:
     expected_gpu_hours: Optional[float] = None
     recipe_path: str = ""
     profiled: bool = False  # launched through the ``profiler`` pod hook (the launch row's ``pod_hooks``)
+    projected: Optional[float] = None  # tokens/s/GPU the projection expected (the launch row's ``projection``)
     status: str = "running"  # result status once finalized
     failure: Optional[dict] = None
     score: Optional[RunScore] = None
@@ -229,7 +230,8 @@ def merge(rows, window=(5, 19), scores=None, runs=None) -> tuple:
             hypothesis=row.get("hypothesis", ""), lever=row.get("lever", ""),
             simulated=bool(row.get("simulated", False)), expected_gpu_hours=row.get("expected_gpu_hours"),
             recipe_path=row.get("recipe_path", ""),
-            profiled=any(hook.get("name") == "profiler" for hook in row.get("pod_hooks") or ()))
+            profiled=any(hook.get("name") == "profiler" for hook in row.get("pod_hooks") or ()),
+            projected=(row.get("projection") or {}).get("tokens_per_s_per_gpu"))
     results = {}
     for row in by_kind["result"]:
         run_id = row["run"]

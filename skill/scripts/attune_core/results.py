@@ -7,6 +7,8 @@ extra); without it the page says so and renders all the same.
 
 from __future__ import annotations
 
+import statistics
+
 import json
 from pathlib import Path
 from typing import Optional
@@ -120,6 +122,7 @@ def render(ranking: Ranking, budget: BudgetState, campaign_id: str, ledger_rows:
             "|---|---|---|---|---|---:|---:|---:|---|---|---|"]
     for run in ranking.runs:
         out.append(_run_row(ranking, run))
+    out += projection_lines(ranking)
     out += ["", "## Throughput over runs", ""]
     if chart_file:
         out.append("![tokens/s/GPU of every rankable run in launch order](%s)" % chart_file)
@@ -128,6 +131,21 @@ def render(ranking: Ranking, budget: BudgetState, campaign_id: str, ledger_rows:
     if ranking.warnings:
         out += ["", "## Warnings", ""] + ["- %s" % cell(text) for text in ranking.warnings]
     return "\n".join(out) + "\n"
+
+
+def projection_lines(ranking: Ranking) -> list:
+    """Projected against measured tokens/s/GPU for the runs the projection scored before they ran."""
+    rows = [run for run in ranking.runs if run.projected and run.tokens is not None]
+    if not rows:
+        return []
+    errors = sorted(abs(run.tokens / run.projected - 1) for run in rows)
+    out = ["", "## Projection against measurement", "",
+           "Median absolute error %s over %d run(s) (`skill/scripts/projection/README.md`)."
+           % (pct(statistics.median(errors)).lstrip("+"), len(rows)), "",
+           "| run | projected tokens/s/GPU | measured | error |", "|---|---:|---:|---:|"]
+    out += ["| %s%s | %s | %s | %s |" % (run.run, " " + SIMULATED if run.simulated else "", tok(run.projected),
+                                         tok(run.tokens), pct(run.tokens / run.projected - 1)) for run in rows]
+    return out
 
 
 def _sim(recipe) -> str:

@@ -17,12 +17,13 @@ from . import backends, budget as budget_mod, legality, podhooks, workload
 from . import snapshot as snapshot_mod
 from .campaign import Campaign
 from .chainlog import parse_ts
-from .candidates import allocate_run, load_baseline
+from .candidates import allocate_run, load_baseline, projected
 from .errors import CheckFailed, InputError
 from .finalize import RunFacts, finalize as finalize_run
 from .recipe import Recipe
 
 HANG_AFTER_S = 900.0
+SIMULATED_PROGRAM = "sim_megatron.py"  # simulate/: the simulated Megatron-LM workload
 PENDING_AFTER_S = 1800.0
 
 
@@ -106,13 +107,21 @@ def launch(campaign: Campaign, settings, run: str = None, baseline: bool = False
         (directory / "recipe.yaml").write_text(text, encoding="utf-8")
     payload = {"run": run, "purpose": purpose, "recipe_sha256": hashlib.sha256(text.encode("utf-8")).hexdigest(),
                "gpus": recipe.gpus(), "backend": settings.backend}
+    if Path(recipe.command.program).name == SIMULATED_PROGRAM:  # every output marks such a run SIMULATED
+        payload["simulated"] = True
+    projection = record.get("projection")
+    if projection is None and purpose in ("baseline", "repeat", "confirm"):
+        try:  # what the projection expected, beside what the run will measure (RESULTS.md compares them)
+            projection = projected(recipe, gpu)
+        except InputError:
+            projection = None
     submitted = podhooks.wrap(recipe, hooks, settings, run, campaign.run_dir(run))
     if rows:  # the job checks the rows it reads itself too (data/MEGATRON.md)
         submitted = submitted.apply([{"op": "set", "env": "ATTUNE_ROWS_PATH", "value": settings.rows_path},
                                      {"op": "set", "env": "ATTUNE_ROWS_SHA256", "value": rows}])
     for key, value in (("parent", parent), ("change", record.get("change")), ("lever", record.get("lever")),
                        ("hypothesis", record.get("hypothesis")), ("expected_gpu_hours", expected_gpu_hours),
-                       ("pod_hooks", hooks or None), ("rows_sha256", rows)):
+                       ("pod_hooks", hooks or None), ("rows_sha256", rows), ("projection", projection)):
         if value is not None:
             payload[key] = value
     row = campaign.append("launch", **payload)

@@ -30,7 +30,7 @@ LEDGER_KINDS = {
          "gpus": "int", "backend": "str"},
         {"parent": "str?", "change": "any", "hypothesis": "str", "lever": "str",
          "expected_gpu_hours": "number", "recipe_path": "str", "simulated": "bool",
-         "pod_hooks": "list", "rows_sha256": "str"},
+         "pod_hooks": "list", "rows_sha256": "str", "projection": "object"},
     ),
     "result": (
         {"run": "str", "status": "enum:" + "|".join(RESULT_STATUSES)},

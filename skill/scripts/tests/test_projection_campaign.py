@@ -1,0 +1,83 @@
+"""The projection inside a campaign: `attune project`, the memory pre-filter of `candidate new`, and the
+projected-against-measured table of RESULTS.md, on the SIMULATED Llama-3.1-70B recipe."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+
+import pytest
+from conftest import SCRIPTS
+from factory import settings as make_settings
+
+from attune_core import campaign as campaign_mod
+from attune_core import cli, runs
+
+LLAMA = SCRIPTS / "simulate" / "recipes" / "llama3_70b_h100x64.yaml"
+SIM = SCRIPTS / "simulate" / "sim_megatron.py"
+NO_RECOMPUTE = ["--unset", "recompute-granularity", "--unset", "recompute-method", "--unset", "recompute-num-layers"]
+
+
+@pytest.fixture
+def sim(tmp_path):
+    baseline = tmp_path / "baseline.yaml"
+    baseline.write_text(LLAMA.read_text().format(python=sys.executable, sim=SIM))
+    settings = make_settings(ATTUNE_BASELINE_YAML=str(baseline), ATTUNE_RUN_PREFIX="sim-", AUTOTUNE_GPUH_BUDGET="",
+                             AUTOTUNE_BUDGET="20")
+    made = campaign_mod.init(tmp_path / "c", settings, "sim-projection")
+    yield made, settings, baseline
+    for run_dir in (made.dir / "runs").glob("*") if (made.dir / "runs").exists() else []:
+        try:
+            runs.backends.get("local").teardown(run_dir, grace_s=1.0)
+        except Exception:
+            pass
+
+
+def main(*argv):
+    return cli.main(list(argv))
+
+
+def test_project_prints_memory_time_and_throughput(sim, capsys):
+    _campaign, _settings, baseline = sim
+    assert main("project", str(baseline), "--json") == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["hardware"] == "H100" and out["gpus"] == 64 and out["memory"]["fits"]
+    assert out["layout"]["tp"] == 4 and out["layout"]["pp"] == 8 and out["layout"]["dp"] == 2
+    assert out["tokens_per_s_per_gpu"] == pytest.approx(128 * 8192 / out["time"]["step_s"] / 64)
+    assert main("project", str(baseline), "--hardware", "A100", "--gpus", "64") in (0, 1)
+    text = capsys.readouterr().out
+    assert "hardware: A100 x 64" in text and "tokens_per_s_per_gpu:" in text
+    assert main("project", str(baseline), "--hardware", "TPU") == 2
+    assert "unknown hardware 'TPU'" in capsys.readouterr().err
+
+
+def test_a_candidate_the_projection_says_will_not_fit_is_refused_unless_forced(sim, capsys):
+    campaign, _settings, _baseline = sim
+    args = ["candidate", "new", "--campaign", str(campaign.dir), "--parent", "baseline", *NO_RECOMPUTE,
+            "--lever", "full-recompute", "--hypothesis", "drop recompute: -25% step time"]
+    assert main(*args) == 1
+    err = capsys.readouterr().err
+    assert "the projection says the candidate does not fit in GPU memory on H100" in err
+    assert "GiB usable (weights" in err and "activations" in err
+    assert not (campaign.dir / "runs").exists() or not list((campaign.dir / "runs").iterdir())
+    assert main(*args, "--force", "--json") == 0
+    record = json.loads(capsys.readouterr().out)
+    assert record["projection"]["fits"] is False and record["projection"]["memory_gib"] > 76.0
+
+
+def test_results_compare_the_projection_with_what_runs_measured(sim):
+    campaign, settings, _baseline = sim
+    row = runs.launch(campaign, settings, baseline=True)
+    assert row["projection"]["hardware"] == "H100" and row["projection"]["fits"]
+    deadline = time.time() + 60
+    while runs.poll(campaign, settings, row["run"]).state != "succeeded":
+        assert time.time() < deadline, runs.poll(campaign, settings, row["run"])
+        time.sleep(0.1)
+    runs.finalize(campaign, settings, row["run"])
+    assert main("rank", "--campaign", str(campaign.dir), "--no-chart") == 0
+    text = (campaign.dir / "RESULTS.md").read_text()
+    table = text.split("## Projection against measurement", 1)[1].split("##", 1)[0]
+    assert "Median absolute error" in table and "over 1 run(s)" in table
+    line = next(line for line in table.splitlines() if line.startswith("| %s" % row["run"]))
+    assert "SIMULATED" in line and "%.1f" % row["projection"]["tokens_per_s_per_gpu"] in line
