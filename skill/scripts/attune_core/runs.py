@@ -9,6 +9,7 @@ from __future__ import annotations
 import datetime
 import hashlib
 import json
+import re
 import time
 from pathlib import Path
 from typing import Optional
@@ -172,14 +173,30 @@ def finalize(campaign: Campaign, settings, run: str, hang_after_s: float = HANG_
     except CheckFailed as exc:  # no log to read (the run never started): finalize says so
         log = run_dir / "log.txt.unavailable"
         events = events + ("log unavailable: %s" % exc,)
-    facts = RunFacts(run=run, log_path=log, exit_code=status.exit_code,
-                     started=status.started or status.ended or 0.0, ended=status.ended or status.started or 0.0,
+    started, ended = status.started or status.ended or 0.0, status.ended or status.started or 0.0
+    simulated = simulated_seconds(log) if launches[run].get("simulated") else None
+    if simulated is not None:  # charged for the time the simulated run stands for, not the seconds it took here
+        ended = started + simulated
+    facts = RunFacts(run=run, log_path=log, exit_code=status.exit_code, started=started, ended=ended,
                      gpus=launches[run]["gpus"], seq_length=int(seq) if isinstance(seq, str) and seq.isdigit()
                      else None, events=events, seconds_without_progress=quiet, hang_after_s=hang_after_s)
     row = finalize_run(campaign, facts)
     if status.state != "torn_down":  # the run is recorded: release what it still holds
         backend.teardown(run_dir)
     return row
+
+
+def simulated_seconds(log: Path) -> Optional[float]:
+    """The simulated wall time the SIMULATED workload's last line states (``simulate/sim_megatron.py``)."""
+    try:
+        with open(log, "rb") as handle:
+            handle.seek(0, 2)
+            handle.seek(max(0, handle.tell() - 4096))
+            tail = handle.read().decode("utf-8", "replace")
+    except OSError:
+        return None
+    found = re.findall(r"ATTUNE simulated wall time: ([0-9.]+) s", tail)
+    return float(found[-1]) if found else None
 
 
 def teardown(campaign: Campaign, settings, run: str) -> backends.Status:

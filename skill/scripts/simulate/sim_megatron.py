@@ -52,6 +52,7 @@ DEFAULT_FAULT_STEP = 3
 DEFAULT_SPEED_S = 0.02
 DEFAULT_TRAIN_ITERS = 20
 START = dt.datetime(2026, 1, 1, 0, 0, 0)  # the simulated clock: timestamps are reproducible
+WALL_LINE = "ATTUNE simulated wall time:"  # the last line: what finalize charges a SIMULATED run for
 STARTUP_S = 42.0  # initialization and data loading before iteration 1, on the simulated clock
 NCCL_EXIT = 134
 EXIT_FAILED, EXIT_USAGE = 1, 2
@@ -233,6 +234,8 @@ def run(argv: list, env: dict, out: TextIO, project, config_error=(), rules=None
 
     def finish(code: Optional[int]) -> Optional[int]:
         truth["exit_code"] = code
+        truth["simulated_seconds"] = (printer.clock - START).total_seconds()
+        printer.line("%s %.3f s (exit %s)" % (WALL_LINE, truth["simulated_seconds"], code))
         if inputs.truth:
             Path(inputs.truth).write_text(json.dumps(truth, indent=1, sort_keys=True) + "\n", encoding="utf-8")
         return code

@@ -75,6 +75,10 @@ def test_results_compare_the_projection_with_what_runs_measured(sim):
         assert time.time() < deadline, runs.poll(campaign, settings, row["run"])
         time.sleep(0.1)
     runs.finalize(campaign, settings, row["run"])
+    charge = [r for r in campaign.gpu_log.rows() if r["run"] == row["run"]][0]
+    log = (campaign.run_dir(row["run"]) / "log.txt").read_text()
+    simulated = float(log.rsplit("ATTUNE simulated wall time: ", 1)[1].split(" s", 1)[0])
+    assert simulated > 300 and charge["seconds"] == pytest.approx(simulated, abs=0.01)  # not the second it took
     assert main("rank", "--campaign", str(campaign.dir), "--no-chart") == 0
     text = (campaign.dir / "RESULTS.md").read_text()
     table = text.split("## Projection against measurement", 1)[1].split("##", 1)[0]
