@@ -100,3 +100,13 @@ def test_outside_the_catalog_and_dry_run(built, capsys):
     assert lesson(built, "r007", "--lever", "other: --use-custom-fsdp") == EXIT_OK
     assert levers.parse_lessons((built.campaign.dir / "levers.md").read_text())[-1]["lever"] == \
         "other: --use-custom-fsdp"
+
+
+def test_a_lesson_from_simulated_runs_says_so(tmp_path):
+    b = Builder(tmp_path / "c", campaign_id="sim-demo")
+    b.baseline(3, 1000.0)
+    b.launch("r004", "candidate", "r004", parent="r001", lever="manual-gc", hypothesis="h", simulated=True)
+    b.result("r004", 1002.0)
+    assert lesson(b, "r004") == EXIT_OK
+    found = levers.parse_lessons((b.campaign.dir / "levers.md").read_text())[-1]
+    assert found["Result"].endswith("; gate not run; SIMULATED") and found["Verdict"] == "rejected"
