@@ -1,9 +1,24 @@
 #!/usr/bin/env bash
 # Start or resume an ATTUNE campaign: harness/launch_campaign.sh <campaign_dir> [goal_prompt.txt]
 #   [--session ID] [--prepare] [--config config.env]
+# The demo: harness/launch_campaign.sh --demo [campaign_dir] [--demo-model llama3-70b|qwen3-30b-a3b]
+#   (a whole SIMULATED campaign on this machine; installs what it needs into .venv first).
 # Exit codes: 0 finished (budget spent or stop recorded, report written); 1 agent failure (resumable);
 # 2 bad settings or usage; 3 integrity violation (live runs torn down).
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+REPO="$(dirname "$HERE")"
 PYTHON="${ATTUNE_PYTHON:-python3}"
+NEEDS="import yaml, numpy, kubernetes, orjson, matplotlib"
+
+if [ "${1:-}" = "--demo" ] && [ -z "${ATTUNE_PYTHON:-}" ]; then
+  if [ -x "$REPO/.venv/bin/python" ] && "$REPO/.venv/bin/python" -c "$NEEDS" 2>/dev/null; then
+    PYTHON="$REPO/.venv/bin/python"
+  elif ! "$PYTHON" -c "$NEEDS" 2>/dev/null; then
+    echo "launch_campaign: installing what the demo needs into $REPO/.venv (once) ..." >&2
+    [ -x "$REPO/.venv/bin/python" ] || python3 -m venv "$REPO/.venv"
+    "$REPO/.venv/bin/pip" install -q --disable-pip-version-check -e "$REPO[plot]" >&2
+    PYTHON="$REPO/.venv/bin/python"
+  fi
+fi
 exec "$PYTHON" "$HERE/launcher.py" "$@"

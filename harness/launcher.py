@@ -11,14 +11,19 @@ prompts, and a Claude Code settings file holding the hooks), records integrity, 
 A later launch verifies integrity first; ``--session ID`` resumes that agent session with the resume
 prompt. ``--prepare`` does everything but start an agent.
 
-The agent: ``ATTUNE_AGENT=claude`` runs ``claude -p`` headless with the settings file (hooks), the
-model from the settings, the web tools removed when ``AUTOTUNE_ALLOW_WEB=0``, and JSON output kept
-under ``.attune/sessions/``; each session's id, model cost, token usage and end reason go to
-``.attune/sessions.jsonl`` and the ledger. ``--agent-command CMD`` runs another agent through the same
-path (it gets ``ATTUNE_CAMPAIGN_DIR`` and the prompt file as ``ATTUNE_PROMPT_FILE``, and may print a
-result object like ``claude -p --output-format json``). When Claude Code's Stop-hook block cap ends a
-session early (a success with an empty result while the campaign is not over), the launcher resumes
-it, at most ``MAX_CAP_RESUMES`` times.
+The agent: ``ATTUNE_AGENT=planner`` runs the deterministic planner
+(``.attune/skill/scripts/planner/agent.py``, from the campaign's read-only skill copy, with this Python)
+through the same path as Claude: the same session records, integrity record and check around it, and the
+Stop hook's rule (``hooks/stop.py``'s ``decide``) checked after it exits, since it calls no hooks: a planner
+that exits 0 while the rule does not hold is resumed with ``--session``, at most ``MAX_CAP_RESUMES`` times;
+its progress lines (stderr) are copied to the launcher's stderr as they come. ``ATTUNE_AGENT=claude`` runs
+``claude -p`` headless with the settings file (hooks), the model from the settings, the web tools removed
+when ``AUTOTUNE_ALLOW_WEB=0``, and JSON output kept under ``.attune/sessions/``. Each session's id, model
+cost, token usage and end reason go to ``.attune/sessions.jsonl`` and the ledger. ``--agent-command CMD``
+runs another agent through the same path (it gets ``ATTUNE_CAMPAIGN_DIR`` and the prompt file as
+``ATTUNE_PROMPT_FILE``, and may print a result object like ``claude -p --output-format json``). When
+Claude Code's Stop-hook block cap ends a session early (a success with an empty result while the campaign
+is not over), the launcher resumes it, at most ``MAX_CAP_RESUMES`` times.
 
 Exit codes: 0 finished (budget spent or stop recorded, and REPORT.md written); 1 agent failure
 (resumable with --session); 2 bad settings or usage; 3 integrity violation (every run the ledger
@@ -47,7 +52,7 @@ sys.path.insert(0, str(REPO / "skill" / "scripts"))
 
 import campaign_files  # noqa: E402
 import integrity  # noqa: E402
-from stop import campaign_state  # noqa: E402
+from stop import campaign_state, decide as stop_decide  # noqa: E402
 
 from attune_core import campaign as campaign_mod  # noqa: E402
 from attune_core import settings as settings_mod  # noqa: E402
@@ -56,6 +61,7 @@ from attune_core.errors import (EXIT_CHECK_FAILED, EXIT_INTEGRITY, EXIT_OK, EXIT
 
 MAX_CAP_RESUMES = 3
 CLAUDE_SETTINGS = ".attune/claude_settings.json"
+PLANNER = ".attune/skill/scripts/planner/agent.py"  # the planner agent, from the campaign's read-only skill copy
 SKILL_LINK = ".claude/skills/attune"
 PROMPTS = {"goal": "goal_prompt.txt", "resume": "resume_prompt.txt"}
 IGNORED = shutil.ignore_patterns("__pycache__", "*.pyc", ".pytest_cache", "tests", "out")
@@ -155,6 +161,13 @@ def agent_command(settings, prompt: str, session: str = None, extra: str = None,
                   new_session: str = None) -> list:
     if extra:
         return ["bash", "-c", extra]
+    if settings.agent == "planner":
+        program = directory / PLANNER
+        if not program.is_file():
+            raise AttuneError("ATTUNE_AGENT=planner: %s is missing: this campaign's skill copy predates the planner. "
+                              "Fix: start a new campaign directory, or ATTUNE_AGENT=claude" % program)
+        argv = [sys.executable or "python3", str(program)]
+        return argv + (["--session", session] if session else [])
     if settings.agent != "claude":
         raise AttuneError("ATTUNE_AGENT=%s: this agent is not available in this build. Fix: ATTUNE_AGENT=claude, or "
                           "--agent-command CMD" % settings.agent)
@@ -174,6 +187,27 @@ def agent_command(settings, prompt: str, session: str = None, extra: str = None,
     return argv
 
 
+def _run_streaming(argv: list, directory: Path, env: dict, stdin) -> subprocess.CompletedProcess:
+    """Run ``argv`` with its stderr copied line by line to ours as it comes (and kept); stdout kept."""
+    import threading
+
+    proc = subprocess.Popen(argv, cwd=str(directory), env=env, stdin=stdin, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+    kept = []
+
+    def copy():
+        for line in iter(proc.stderr.readline, b""):
+            kept.append(line)
+            sys.stderr.write(line.decode("utf-8", "replace"))
+            sys.stderr.flush()
+    thread = threading.Thread(target=copy, daemon=True)
+    thread.start()
+    out = proc.stdout.read()
+    code = proc.wait()
+    thread.join(timeout=10)
+    return subprocess.CompletedProcess(argv, code, out, b"".join(kept))
+
+
 def run_agent(directory: Path, settings, prompt_file: Path, session: str = None, extra: str = None) -> dict:
     """One agent session; returns what the launcher records about it."""
     prompt = prompt_file.read_text(encoding="utf-8")
@@ -184,8 +218,11 @@ def run_agent(directory: Path, settings, prompt_file: Path, session: str = None,
                ATTUNE_SESSION_ID=session or new_session, PYTHONDONTWRITEBYTECODE="1")
     started = _now()
     with open(os.devnull, "rb") as devnull:
-        proc = subprocess.run(argv, cwd=str(directory), env=env, stdin=devnull, stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE)
+        if settings.agent == "planner" and not extra:  # its progress lines reach the terminal as they come
+            proc = _run_streaming(argv, directory, env, devnull)
+        else:
+            proc = subprocess.run(argv, cwd=str(directory), env=env, stdin=devnull, stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE)
     out = proc.stdout.decode("utf-8", "replace")
     result = None
     for line in reversed(out.strip().splitlines()):
@@ -266,6 +303,16 @@ def launch(directory: Path, goal_prompt: Path = None, session: str = None, prepa
         if _over(directory, settings_map):
             print("campaign: %s\nfinished: yes\nsession: %s" % (campaign.id, info["session"]))
             return EXIT_OK
+        if settings.agent == "planner" and not agent_cmd:
+            # The planner calls no hooks: the Stop hook's rule is checked here, after it exits, and a planner that
+            # ended cleanly while the rule does not hold is resumed, at most MAX_CAP_RESUMES times.
+            allow, reason = stop_decide(str(directory), settings_map)
+            if not allow and info["exit_code"] == 0 and resumes < MAX_CAP_RESUMES:
+                resumes += 1
+                session, prompt = info["session"], directory / PROMPTS["resume"]
+                print("launch_campaign: the planner ended but the stop rule does not hold (%s); resuming %s (%d of %d)"
+                      % (reason, session, resumes, MAX_CAP_RESUMES), file=sys.stderr)
+                continue
         capped = info["exit_code"] == 0 and not info["is_error"] and info["result_empty"]
         if capped and resumes < MAX_CAP_RESUMES:
             resumes += 1
@@ -279,7 +326,48 @@ def launch(directory: Path, goal_prompt: Path = None, session: str = None, prepa
         return EXIT_CHECK_FAILED
 
 
+def demo(directory: Path, model: str, budget_gpuh: float = None) -> int:
+    """The demo campaign (``demo.py``): lay it out, run it with the planner, say where its results are."""
+    import demo as demo_mod
+
+    try:
+        config = demo_mod.prepare(directory, model, budget_gpuh)
+    except ValueError as exc:
+        print("launch_campaign: %s" % exc, file=sys.stderr)
+        return EXIT_USAGE
+    for name in list(os.environ):  # the demo's settings are its config.env, whatever this shell exports
+        if name in settings_mod.SPEC_BY_ENV:
+            del os.environ[name]
+    print("launch_campaign: the ATTUNE demo (SIMULATED: %s) in %s" % (demo_mod.MODELS[model][2], directory.resolve()),
+          file=sys.stderr)
+    code = launch(directory, config=config)
+    for name in ("RESULTS.md", "REPORT.md", "recipe.yaml", "levers.md", "past_tuning_project.json"):
+        path = directory.resolve() / name
+        if path.exists():
+            print("%s: %s" % (name, path))
+    return code
+
+
 def main(argv=None) -> int:
+    if argv is None:
+        argv = sys.argv[1:]
+    if argv and argv[0] == "--demo":
+        parser = argparse.ArgumentParser(prog="launch_campaign.sh --demo", description="run the SIMULATED demo campaign")
+        parser.add_argument("campaign_dir", nargs="?", default=None, help="where (default: ./attune-demo)")
+        parser.add_argument("--demo-model", default="llama3-70b", help="llama3-70b (default) or qwen3-30b-a3b")
+        parser.add_argument("--demo-budget", type=float, metavar="GPUH",
+                            help="the budget in simulated GPU-hours (default: the model's, 200 for llama3-70b)")
+        try:
+            args = parser.parse_args(argv[1:])
+        except SystemExit as exc:
+            return int(exc.code or 0) and EXIT_USAGE
+        import demo as demo_mod
+        try:
+            return demo(Path(args.campaign_dir or demo_mod.DEFAULT_DIR), args.demo_model, args.demo_budget)
+        except AttuneError as exc:
+            for line in exc.lines():
+                print("launch_campaign: %s" % line, file=sys.stderr)
+            return exc.exit_code
     parser = argparse.ArgumentParser(prog="launch_campaign.sh", description=__doc__.split("\n\n")[0])
     parser.add_argument("campaign_dir")
     parser.add_argument("goal_prompt", nargs="?", help="the goal prompt (default: the harness's own)")

@@ -141,7 +141,9 @@ def projection_lines(ranking: Ranking) -> list:
     errors = sorted(abs(run.tokens / run.projected - 1) for run in rows)
     out = ["", "## Projection against measurement", "",
            "Median absolute error %s over %d run(s) (`skill/scripts/projection/README.md`)."
-           % (pct(statistics.median(errors)).lstrip("+"), len(rows)), "",
+           % (pct(statistics.median(errors)).lstrip("+"), len(rows))
+           + (" SIMULATED runs print the projection plus the simulator's noise, so their error says nothing about "
+              "the projection's accuracy." if any(run.simulated for run in rows) else ""), "",
            "| run | projected tokens/s/GPU | measured | error |", "|---|---:|---:|---:|"]
     out += ["| %s%s | %s | %s | %s |" % (run.run, " " + SIMULATED if run.simulated else "", tok(run.projected),
                                          tok(run.tokens), pct(run.tokens / run.projected - 1)) for run in rows]

@@ -28,7 +28,7 @@ PREFIXES = ("ATTUNE_", "AUTOTUNE_")
 # Variables with these prefixes that are not settings: where a command works (campaign, test corpus),
 # and what the launcher passes to the agent it starts or uses to start it.
 NOT_SETTINGS = ("ATTUNE_CAMPAIGN_DIR", "ATTUNE_CORPUS_DIR", "ATTUNE_PYTHON", "ATTUNE_CLAUDE_BIN", "ATTUNE_SESSION_ID",
-                "ATTUNE_PROMPT_FILE")
+                "ATTUNE_PROMPT_FILE", "ATTUNE_PLANNER_FAULT")
 TRAIN_ITERS = 20  # the fixed-shape workload: 20 iterations (measurement.md §2)
 
 _PREFIX_RE = re.compile(r"^[a-z][a-z0-9-]{0,30}-$")
@@ -92,6 +92,13 @@ SPECS = (
          choices=("claude", "planner"), group="agent"),
     Spec("ATTUNE_CLAUDE_MODEL", "claude_model", "str", "",
          "model for Claude Code (empty: Claude Code's default)", "", group="agent"),
+    Spec("ATTUNE_PLANNER_SEED", "planner_seed", "int", "0",
+         "seed of the planner agent (ATTUNE_AGENT=planner): breaks ties between equally ranked alternatives; the same "
+         "seed and campaign give the same decisions", "0", group="agent"),
+    Spec("ATTUNE_PLANNER_GPU", "planner_gpu", "str", "",
+         "GPU model the planner passes as --gpu and projects on (h100, b200, ...; empty: the recipe's "
+         "ATTUNE_SIM_HARDWARE; with neither the planner has no projection and takes the catalog's levers in order)",
+         "", group="agent"),
     Spec("AUTOTUNE_ALLOW_WEB", "allow_web", "bool", "1",
          "let the agent use web search and fetch (0 for evaluation campaigns)", "1", group="agent"),
     Spec("ATTUNE_ROWS_PATH", "rows_path", "str", "",
@@ -140,6 +147,8 @@ class Settings:
     baseline_repeats: int
     gate_rules: str = ""
     pod_scripts: str = ""
+    planner_seed: int = 0
+    planner_gpu: str = ""
 
     @property
     def budget_kind(self) -> str:

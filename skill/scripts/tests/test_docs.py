@@ -16,11 +16,12 @@ def _commands():
     return re.findall(r"```\n(.*?)\n```", README, re.S)
 
 
-def test_quick_start_is_exactly_two_commands_and_ci_runs_the_test_command():
+def test_quick_start_starts_with_the_demo_and_ci_runs_the_test_command():
     quick = README.split("## Quick start", 1)[1].split("\n## ", 1)[0]
     blocks = re.findall(r"```\n(.*?)\n```", quick, re.S)
-    assert len(blocks) == 2 and all("\n" not in block for block in blocks)
-    test_command = re.search(r"\.venv/bin/python -m pytest [^\n`]*", blocks[1]).group(0)
+    assert len(blocks) == 3 and all("\n" not in block for block in blocks)
+    assert blocks[0].startswith("harness/launch_campaign.sh --demo")  # the first command a new user runs
+    test_command = re.search(r"\.venv/bin/python -m pytest [^\n`]*", blocks[2]).group(0)
     assert test_command in (REPO / ".ci" / "run").read_text()
 
 

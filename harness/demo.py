@@ -1,0 +1,52 @@
+"""The demo campaign (``launch_campaign.sh --demo [DIR]``): a whole campaign on this machine, SIMULATED.
+
+It lays out ``DIR`` (default ``./attune-demo``) with a baseline recipe that runs the simulated
+Megatron-LM workload (``skill/scripts/simulate/``) in place of ``pretrain_gpt.py`` and a
+``config.env`` for the local backend, the planner agent and a budget in simulated GPU-hours; the
+launcher then runs the campaign as it runs any other. Nothing here needs a cluster, a GPU or an API
+key, and every number the campaign produces is SIMULATED.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+SIMULATE = REPO / "skill" / "scripts" / "simulate"
+MODELS = {
+    # name: (recipe template, GPU-hour budget, what it is)
+    "llama3-70b": ("llama3_70b_h100x64.yaml", 200.0, "Llama-3.1-70B pretraining on 64 simulated H100s"),
+    "qwen3-30b-a3b": ("qwen3_30b_a3b_h100x16.yaml", 60.0, "Qwen3-30B-A3B (MoE) pretraining on 16 simulated H100s"),
+}
+DEFAULT_DIR = "attune-demo"
+
+
+def prepare(directory: Path, model: str = "llama3-70b", budget_gpuh: float = None) -> Path:
+    """Write the demo's baseline recipe and config.env into ``directory``; return the config file.
+
+    A directory that holds a campaign already is left as it is (the launcher resumes it); any other
+    non-empty directory is refused, so the demo never writes into someone's files."""
+    if model not in MODELS:
+        raise ValueError("--demo-model %s: unknown; known: %s" % (model, ", ".join(MODELS)))
+    template, budget, what = MODELS[model]
+    directory = Path(directory).resolve()
+    config = directory / "config.env"
+    if (directory / "ledger.jsonl").exists() and config.is_file():
+        return config
+    if directory.exists() and any(directory.iterdir()):
+        raise ValueError("%s exists and is not an ATTUNE demo campaign. Fix: give a new directory, e.g. "
+                         "launch_campaign.sh --demo /tmp/attune-demo" % directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    baseline = directory / "baseline.yaml"
+    text = (SIMULATE / "recipes" / template).read_text(encoding="utf-8")
+    baseline.write_text(text.format(python=sys.executable, sim=SIMULATE / "sim_megatron.py"), encoding="utf-8")
+    lines = ["# The ATTUNE demo: %s. SIMULATED: no GPU is used." % what,
+             "ATTUNE_RUN_PREFIX=demo-",
+             "ATTUNE_BASELINE_YAML=%s" % baseline,
+             "ATTUNE_BACKEND=local",
+             "ATTUNE_AGENT=planner",
+             "AUTOTUNE_ALLOW_WEB=0",
+             "AUTOTUNE_GPUH_BUDGET=%g" % (budget_gpuh or budget)]
+    config.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return config

@@ -1,0 +1,71 @@
+"""`launch_campaign.sh --demo`: the README's first command runs a whole SIMULATED campaign (local backend,
+simulated Llama-3.1-70B on 64 H100s, the planner) and leaves artifacts that agree with the ledger."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent.parent
+sys.path.insert(0, str(REPO / "skill" / "scripts"))
+sys.path.insert(0, str(HERE.parent))
+
+import integrity  # noqa: E402
+
+from attune_core import levers as levers_mod, snapshot as snapshot_mod  # noqa: E402
+
+
+def run_demo(directory: Path, *extra) -> subprocess.CompletedProcess:
+    env = dict(os.environ, ATTUNE_PYTHON=sys.executable, ATTUNE_BACKEND="kuberay", AUTOTUNE_BUDGET="3")
+    return subprocess.run(["bash", str(REPO / "harness" / "launch_campaign.sh"), "--demo", str(directory), *extra],
+                          env=env, capture_output=True, text=True, timeout=600)
+
+
+def test_the_demo_runs_a_whole_campaign_whose_artifacts_agree_with_the_ledger(tmp_path):
+    directory = tmp_path / "demo"
+    proc = run_demo(directory, "--demo-budget", "60")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    printed = dict(line.split(": ", 1) for line in proc.stdout.splitlines() if ": " in line)
+    assert printed["RESULTS.md"] == str(directory / "RESULTS.md") and printed["REPORT.md"] == str(directory / "REPORT.md")
+    assert "planner: launch run=demo-r001 purpose=baseline" in proc.stderr  # progress, run by run
+
+    # the exported ATTUNE_*/AUTOTUNE_* settings did not leak in: the demo's own config ran
+    snap = snapshot_mod.take(directory)
+    assert snap.settings.backend == "local" and snap.settings.gpuh_budget == 60.0 and snap.settings.agent == "planner"
+    assert integrity.verify(str(directory)) == []
+    ranking = snap.ranking
+    assert all(run.simulated for run in ranking.runs) and len(ranking.runs) >= 4
+
+    results = (directory / "RESULTS.md").read_text()
+    report = (directory / "REPORT.md").read_text()
+    assert "**SIMULATED**" in results and "**SIMULATED**" in report
+    lead, base = ranking.leader, ranking.baseline
+    assert "| Leader | %s: %.1f tokens/s/GPU" % (lead.first.run, lead.score) in results
+    if lead is not base:
+        gain = ranking.relative(lead.score, base)
+        assert "| Gain | %+.2f%%" % (gain * 100) in report
+        for recipe in ranking.lineage(lead)[1:]:  # every shipped change passed the gate
+            assert recipe.gate == "pass", recipe.first.run
+        shipped = (directory / "recipe.yaml").read_bytes()
+        assert hashlib.sha256(shipped).hexdigest() == lead.sha
+
+    lessons = levers_mod.parse_lessons((directory / "levers.md").read_text())
+    candidates = [run for run in ranking.runs if run.purpose == "candidate" and run.finalized]
+    assert len(lessons) == len(candidates) and all(item["Result"].endswith("SIMULATED") for item in lessons)
+    summary = json.loads((directory / "past_tuning_project.json").read_text())
+    assert summary["simulated"] is True and summary["campaign"] == snap.campaign.id
+
+    again = run_demo(directory)  # a finished demo is left as it is, and says so
+    assert again.returncode == 0 and "finished: yes" in again.stdout
+
+
+def test_the_demo_never_writes_into_a_directory_that_is_not_its_own(tmp_path):
+    (tmp_path / "mine.txt").write_text("keep me")
+    proc = run_demo(tmp_path)
+    assert proc.returncode == 2 and "is not an ATTUNE demo campaign" in proc.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mine.txt"]

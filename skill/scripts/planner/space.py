@@ -1,0 +1,677 @@
+"""The planner's search space: the catalog's levers as named sets of discrete alternatives.
+
+Signatures (stable; a benchmark drives them without the CLI)::
+
+    space(recipe, baseline=None, *, gpu=None, gate_rules=None, catalog=None, include_empty=False) -> list[Lever]
+    apply(recipe, alternative) -> Recipe
+    predict(recipe, levers, hardware=None) -> tuple[Optional[Prediction], dict[(lever_id, name), Prediction]]
+    project_recipe(recipe, hardware=None) -> Optional[Prediction]
+    as_recipe(recipe_or_text) -> Recipe
+    undo(parent, child, lever, name) -> Optional[Alternative]   # the change that takes child back to parent
+    leave_one_out(leader, parent, child, lever, name, baseline=None, *, gpu=None, gate_rules=None)
+        -> Optional[Alternative]                               # undo, applied to the leader and checked
+    check(parent, child, baseline, gpu, gate_rules) -> str     # why child cannot be a candidate ("" if it can)
+
+``recipe`` is an ``attune_core.recipe.Recipe`` or its YAML text. An ``Alternative`` is one candidate change
+in ``attune candidate new`` syntax: ``changes`` is a tuple of ``(option, value)`` pairs with option one of
+``--set`` (value ``ARG`` or ``ARG=VALUE``), ``--unset`` (``ARG``), ``--env`` (``NAME=VALUE``) and
+``--unset-env`` (``NAME``), arguments written without their dashes; ``argv()`` is what follows
+``candidate new``. Every alternative changes its lever's own flags (the catalog entry's *Flags*) and, where a
+coupling requires it, the companions the lever declares (``COMPANIONS``: the catalog's *Couples with* and the
+legality rules), never another lever's flags.
+
+Each alternative of ``space(recipe)`` has been applied to ``recipe`` and passed, against ``baseline``
+(default: ``recipe`` itself), the checks ``attune candidate new`` makes and the gate's configuration check:
+the fixed-shape workload (``workload.compare``), Megatron-LM's legality (``attune_core.legality``) and the
+model-construction asserts the projection checks (``projection.config.parse``), and the gate's classes
+(``correctness.config_check``: no ``numeric`` or ``fixed`` change, so the candidate can ship). Those that fail
+are kept in ``Lever.rejected`` with the reason. A lever with no alternative left is dropped unless
+``include_empty``. Nothing here starts a process or writes a file.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Dict, List, Optional, Tuple
+
+SCRIPTS = Path(__file__).resolve().parents[1]
+if str(SCRIPTS) not in sys.path:
+    sys.path.insert(0, str(SCRIPTS))
+
+from attune_core import legality, levers as levers_mod, workload  # noqa: E402
+from attune_core.candidates import parse_changes  # noqa: E402
+from attune_core.errors import AttuneError  # noqa: E402
+from attune_core.recipe import Recipe, diff  # noqa: E402
+
+__all__ = ["Alternative", "Lever", "Prediction", "space", "apply", "predict", "project_recipe", "as_recipe", "undo",
+           "leave_one_out", "check", "LEVER_IDS", "COMPANIONS", "OPTIONS"]
+
+OPTIONS = ("--set", "--unset", "--env", "--unset-env")
+
+# The levers of the space, in the catalog's order (ids of skill/references/levers.md).
+LEVER_IDS = (
+    "tensor-parallel-size", "sequence-parallel", "tp-comm-overlap", "pipeline-parallel-size", "virtual-pipeline",
+    "context-parallel-size", "expert-parallel-size", "moe-a2a-overlap", "delay-wgrad-compute", "token-dispatcher",
+    "micro-batch-size", "selective-recompute", "full-recompute",
+    "distributed-optimizer", "expandable-segments", "overlap-grad-reduce", "overlap-param-gather", "ddp-bucket-size",
+    "cuda-device-max-connections", "high-priority-nccl-streams", "nvls", "nccl-cta-policy", "nccl-p2p-chunksize",
+    "avoid-record-streams",
+)
+
+# Flags a lever's alternative may change besides its own, each because a rule couples them (the catalog's
+# "Couples with" or a legality rule); name -> why.
+COMPANIONS = {
+    "tensor-parallel-size": {
+        "--sequence-parallel": "sequence parallelism is forced off at TP=1 and standard at TP>1 (Couples with)",
+        "CUDA_DEVICE_MAX_CONNECTIONS": "TP>1 asserts CUDA_DEVICE_MAX_CONNECTIONS=1 before Blackwell (Couples with)"},
+    "tp-comm-overlap": {"--sequence-parallel": "--tp-comm-overlap asserts --sequence-parallel (Couples with)"},
+    "pipeline-parallel-size": {
+        "--num-layers-per-virtual-pipeline-stage": "interleaving needs PP>1: dropped when PP becomes 1 (legality)",
+        "--num-virtual-stages-per-pipeline-rank": "interleaving needs PP>1: dropped when PP becomes 1 (legality)"},
+    "context-parallel-size": {
+        "CUDA_DEVICE_MAX_CONNECTIONS": "CP>1 asserts CUDA_DEVICE_MAX_CONNECTIONS=1 before Blackwell (Couples with)"},
+    "overlap-param-gather": {
+        "--overlap-grad-reduce": "--overlap-param-gather needs --overlap-grad-reduce (Couples with, legality)",
+        "--use-distributed-optimizer": "--overlap-param-gather needs the distributed optimizer (Couples with)"},
+    "selective-recompute": {
+        "--recompute-method": "--recompute-method is only valid with full recompute (Megatron assert)",
+        "--recompute-num-layers": "--recompute-num-layers is only valid with full recompute"},
+    "full-recompute": {"--recompute-modules": "--recompute-modules is only read with selective recompute"},
+}
+
+RECOMPUTE_FLAGS = ("--recompute-granularity", "--recompute-method", "--recompute-num-layers", "--recompute-modules")
+VP_FLAGS = ("--num-layers-per-virtual-pipeline-stage", "--num-virtual-stages-per-pipeline-rank")
+BOTTLENECKS = ("exposed_tp_communication", "exposed_dp_communication", "exposed_all_to_all",
+               "exposed_pipeline_communication", "pipeline_bubble", "host_bound_launching", "memory_headroom",
+               "memory_pressure", "stragglers")
+
+
+@dataclasses.dataclass(frozen=True)
+class Alternative:
+    """One candidate change: ``lever`` (catalog id), ``name`` (what it sets, the same whatever the parent,
+    e.g. ``micro-batch-size=2``) and ``changes`` (``(option, value)`` pairs in ``candidate new`` syntax)."""
+    lever: str
+    name: str
+    changes: tuple
+    companions: tuple = ()  # the companion flags among the changes
+    child: object = dataclasses.field(default=None, compare=False, hash=False, repr=False)  # parent + change
+
+    @property
+    def key(self) -> tuple:
+        return (self.lever, self.name)
+
+    def argv(self) -> list:
+        """The words after ``attune candidate new --parent P``: e.g. ``["--set", "micro-batch-size=2"]``."""
+        return [word for pair in self.changes for word in pair]
+
+    def records(self) -> list:
+        """The changes as recipe change records (``Recipe.apply``)."""
+        sets = [v for o, v in self.changes if o == "--set"]
+        unsets = [v for o, v in self.changes if o == "--unset"]
+        envs = [v for o, v in self.changes if o == "--env"]
+        unset_envs = [v for o, v in self.changes if o == "--unset-env"]
+        return parse_changes(sets, unsets, envs, unset_envs)
+
+    def names(self) -> set:
+        """The argument (``--flag``) and variable names this alternative changes."""
+        out = set()
+        for option, value in self.changes:
+            if option in ("--set", "--unset"):
+                out.add("--" + value.split("=", 1)[0].lstrip("-"))
+            else:
+                out.add(value.split("=", 1)[0])
+        return out
+
+    def describe(self) -> str:
+        return " ".join("%s %s" % pair for pair in self.changes)
+
+
+@dataclasses.dataclass(frozen=True)
+class Lever:
+    id: str
+    addresses: tuple  # the profile analyzer's bottleneck names the catalog entry names
+    flags: tuple  # the lever's own arguments and variables (the catalog's Flags)
+    alternatives: tuple  # legal, shippable alternatives against the parent
+    rejected: tuple = ()  # (Alternative, why) filtered out
+    exact: bool = False  # every own flag it changes is placement, exact: true (scheduling only)
+
+    def alternative(self, name: str) -> Optional[Alternative]:
+        return next((alt for alt in self.alternatives if alt.name == name), None)
+
+
+@dataclasses.dataclass(frozen=True)
+class Prediction:
+    """The projection of one recipe (``projection.api.project``), as the policy reads it."""
+    tokens_per_s_per_gpu: float
+    step_s: float
+    fits: bool
+    memory_gib: float
+    usable_gib: float
+    compute_s: float = 0.0
+    exposed_comm_s: float = 0.0
+    bubble_s: float = 0.0
+    exposed: dict = dataclasses.field(default_factory=dict, compare=False, hash=False)  # seconds per kind (approx.)
+    error: str = ""  # the projection refused the layout (then nothing else holds)
+
+    @property
+    def ok(self) -> bool:
+        return not self.error
+
+    @property
+    def headroom_gib(self) -> float:
+        return self.usable_gib - self.memory_gib
+
+
+# ------------------------------------------------------------------------------------------ helpers
+def as_recipe(recipe) -> Recipe:
+    if isinstance(recipe, Recipe):
+        return recipe
+    return Recipe(str(recipe), "recipe")
+
+
+def apply(recipe, alternative: Alternative) -> Recipe:
+    """``recipe`` with ``alternative`` applied and the benchmark flags enforced, as ``candidate new`` writes it."""
+    parent = workload.enforce(as_recipe(recipe))
+    return workload.enforce(parent.apply(alternative.records()))
+
+
+@functools.lru_cache(maxsize=4)
+def _catalog(path: str) -> dict:
+    return {entry["id"]: entry for entry in levers_mod.load(Path(path))}
+
+
+@functools.lru_cache(maxsize=4)
+def _rules(overrides: Optional[str]):
+    from correctness.rules import Rules
+    return Rules(overrides=overrides or None)
+
+
+def _int(args: dict, flag: str, default: int) -> int:
+    value = args.get(flag)
+    if value is None or value is True:
+        return default
+    try:
+        return int(str(value))
+    except ValueError:
+        return default
+
+
+def _addresses(entry: dict) -> tuple:
+    text = entry.get("Addresses", "")
+    return tuple(name for name in BOTTLENECKS if name in text)
+
+
+def _divisors(n: int) -> list:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+class _Context(object):
+    """What the generators read of the parent recipe."""
+
+    def __init__(self, recipe: Recipe, gpu: Optional[str]):
+        self.args = recipe.args()
+        self.env = recipe.env()
+        env = self.env
+        self.gpus = int(env["ATTUNE_SIM_GPUS"]) if env.get("ATTUNE_SIM_GPUS", "").isdigit() else recipe.gpus()
+        per_node = env.get("ATTUNE_SIM_GPUS_PER_NODE", "")
+        self.per_node = int(per_node) if per_node.isdigit() else 8
+        self.gpu = gpu or env.get("ATTUNE_SIM_HARDWARE")
+        self.blackwell = bool(self.gpu) and self.gpu.lower() in legality.BLACKWELL
+        a = self.args
+        self.tp = _int(a, "--tensor-model-parallel-size", 1)
+        self.pp = _int(a, "--pipeline-model-parallel-size", 1)
+        self.cp = _int(a, "--context-parallel-size", 1)
+        self.ep = _int(a, "--expert-model-parallel-size", 1)
+        self.mbs = _int(a, "--micro-batch-size", 1)
+        self.layers = _int(a, "--num-layers", 0)
+        self.experts = _int(a, "--num-experts", 0)
+
+    def has(self, flag: str) -> bool:
+        return flag in self.args
+
+    def max_connections_one(self) -> list:
+        """The companion change that a TP/CP>1 layout needs before Blackwell, when it is missing."""
+        if self.blackwell or self.env.get("CUDA_DEVICE_MAX_CONNECTIONS") == "1":
+            return []
+        return [("--env", "CUDA_DEVICE_MAX_CONNECTIONS=1")]
+
+
+def _toggle(ctx: _Context, flag: str, label: str) -> list:
+    if ctx.has(flag):
+        return [("%s=off" % label, [("--unset", flag[2:])])]
+    return [("%s=on" % label, [("--set", flag[2:])])]
+
+
+def _env_values(ctx: _Context, name: str, values: tuple, allow_unset: bool = True) -> list:
+    current = ctx.env.get(name)
+    out = [("%s=%s" % (name, value), [("--env", "%s=%s" % (name, value))]) for value in values if value != current]
+    if allow_unset and current is not None:
+        out.append(("%s=unset" % name, [("--unset-env", name)]))
+    return out
+
+
+# ------------------------------------------------------------------------------------------ generators
+def _gen_tp(ctx):
+    out = []
+    for value in (1, 2, 4, 8):
+        if value == ctx.tp:
+            continue
+        changes = [("--set", "tensor-model-parallel-size=%d" % value)]
+        if value == 1 and ctx.has("--sequence-parallel"):
+            changes.append(("--unset", "sequence-parallel"))
+        if value > 1 and ctx.tp == 1:
+            if not ctx.has("--sequence-parallel"):
+                changes.append(("--set", "sequence-parallel"))
+            changes += ctx.max_connections_one()
+        out.append(("tensor-model-parallel-size=%d" % value, changes))
+    return out
+
+
+def _gen_sp(ctx):
+    return _toggle(ctx, "--sequence-parallel", "sequence-parallel") if ctx.tp > 1 else []
+
+
+def _gen_tp_overlap(ctx):
+    if ctx.tp <= 1:
+        return []
+    if ctx.has("--tp-comm-overlap"):
+        return [("tp-comm-overlap=off", [("--unset", "tp-comm-overlap")])]
+    changes = [("--set", "tp-comm-overlap")]
+    if not ctx.has("--sequence-parallel"):
+        changes.append(("--set", "sequence-parallel"))
+    return [("tp-comm-overlap=on", changes)]
+
+
+def _gen_pp(ctx):
+    out = []
+    for value in (1, 2, 4, 8):
+        if value == ctx.pp:
+            continue
+        changes = [("--set", "pipeline-model-parallel-size=%d" % value)]
+        if value == 1:
+            changes += [("--unset", flag[2:]) for flag in VP_FLAGS if ctx.has(flag)]
+        out.append(("pipeline-model-parallel-size=%d" % value, changes))
+    return out
+
+
+def _gen_vp(ctx):
+    if ctx.pp <= 1 or not ctx.layers or ctx.layers % ctx.pp:
+        return []
+    per_stage = ctx.layers // ctx.pp
+    by_stages = ctx.has("--num-virtual-stages-per-pipeline-rank")
+    out = []
+    current = [flag for flag in VP_FLAGS if ctx.has(flag)]
+    if current:
+        out.append(("virtual-pipeline=off", [("--unset", flag[2:]) for flag in current]))
+    for per_vstage in _divisors(per_stage)[:-1]:  # at least two virtual stages per rank
+        stages = per_stage // per_vstage
+        if by_stages:
+            if str(ctx.args.get("--num-virtual-stages-per-pipeline-rank")) == str(stages):
+                continue
+            changes = [("--set", "num-virtual-stages-per-pipeline-rank=%d" % stages)]
+        else:
+            if str(ctx.args.get("--num-layers-per-virtual-pipeline-stage")) == str(per_vstage):
+                continue
+            changes = [("--set", "num-layers-per-virtual-pipeline-stage=%d" % per_vstage)]
+        out.append(("virtual-pipeline=%d-stages" % stages, changes))
+    return out
+
+
+def _gen_cp(ctx):
+    out = []
+    for value in (1, 2, 4):
+        if value == ctx.cp:
+            continue
+        changes = [("--set", "context-parallel-size=%d" % value)]
+        if value > 1 and ctx.tp == 1 and ctx.cp == 1:
+            changes += ctx.max_connections_one()
+        out.append(("context-parallel-size=%d" % value, changes))
+    return out
+
+
+def _gen_ep(ctx):
+    if not ctx.experts:
+        return []
+    out = []
+    value = 1
+    while value <= min(ctx.experts, ctx.gpus):
+        if value != ctx.ep:
+            out.append(("expert-model-parallel-size=%d" % value, [("--set", "expert-model-parallel-size=%d" % value)]))
+        value *= 2
+    return out
+
+
+def _gen_a2a_overlap(ctx):
+    if not ctx.experts or (ctx.ep <= 1 and not ctx.has("--overlap-moe-expert-parallel-comm")):
+        return []
+    return _toggle(ctx, "--overlap-moe-expert-parallel-comm", "moe-a2a-overlap")
+
+
+def _gen_delay_wgrad(ctx):
+    if not ctx.has("--overlap-moe-expert-parallel-comm") and not ctx.has("--delay-wgrad-compute"):
+        return []
+    return _toggle(ctx, "--delay-wgrad-compute", "delay-wgrad-compute")
+
+
+def _gen_dispatcher(ctx):
+    """alltoall and allgather (``flex`` needs a DeepEP/HybridEP backend: its own levers, not in the space)."""
+    if not ctx.experts:
+        return []
+    current = str(ctx.args.get("--moe-token-dispatcher-type") or "allgather")
+    return [("moe-token-dispatcher-type=%s" % value, [("--set", "moe-token-dispatcher-type=%s" % value)])
+            for value in ("alltoall", "allgather") if value != current]
+
+
+def _gen_mbs(ctx):
+    return [("micro-batch-size=%d" % value, [("--set", "micro-batch-size=%d" % value)])
+            for value in (1, 2, 4) if value != ctx.mbs]
+
+
+def _recompute_state(ctx) -> dict:
+    return {flag: ctx.args.get(flag) for flag in RECOMPUTE_FLAGS if flag in ctx.args}
+
+
+def _recompute_changes(ctx, target: dict) -> list:
+    current = _recompute_state(ctx)
+    changes = []
+    for flag in RECOMPUTE_FLAGS:
+        want = target.get(flag)
+        if want is None and flag in current:
+            changes.append(("--unset", flag[2:]))
+        elif want is not None and str(current.get(flag)) != str(want):
+            changes.append(("--set", "%s=%s" % (flag[2:], want)))
+    return changes
+
+
+def _per_chunk(ctx) -> int:
+    if not ctx.layers or ctx.pp <= 0:
+        return 1
+    per_stage = ctx.layers // ctx.pp
+    vp = 1
+    if ctx.has("--num-layers-per-virtual-pipeline-stage"):
+        per = _int(ctx.args, "--num-layers-per-virtual-pipeline-stage", per_stage)
+        vp = max(1, per_stage // max(1, per))
+    elif ctx.has("--num-virtual-stages-per-pipeline-rank"):
+        vp = max(1, _int(ctx.args, "--num-virtual-stages-per-pipeline-rank", 1))
+    return max(1, per_stage // vp)
+
+
+def _recompute_targets(ctx) -> list:
+    """(lever, name, target flags) for every recompute setting worth a run."""
+    granularity = str(ctx.args.get("--recompute-granularity") or "")
+    targets = []
+    none_lever = "selective-recompute" if granularity == "selective" else "full-recompute"
+    targets.append((none_lever, "recompute=none", {}))
+    targets.append(("full-recompute", "recompute=full/uniform/1",
+                    {"--recompute-granularity": "full", "--recompute-method": "uniform",
+                     "--recompute-num-layers": "1"}))
+    chunk = _per_chunk(ctx)
+    for layers in sorted({1, chunk // 2, chunk - 1}):
+        if 0 < layers < chunk:
+            targets.append(("full-recompute", "recompute=full/block/%d" % layers,
+                            {"--recompute-granularity": "full", "--recompute-method": "block",
+                             "--recompute-num-layers": str(layers)}))
+    targets.append(("selective-recompute", "recompute=selective/core_attn", {"--recompute-granularity": "selective"}))
+    targets.append(("selective-recompute", "recompute=selective/mlp",
+                    {"--recompute-granularity": "selective", "--recompute-modules": "mlp"}))
+    return targets
+
+
+def _gen_recompute(lever_id):
+    def generate(ctx):
+        out = []
+        for lever, name, target in _recompute_targets(ctx):
+            if lever != lever_id:
+                continue
+            changes = _recompute_changes(ctx, target)
+            if changes:
+                out.append((name, changes))
+        return out
+    return generate
+
+
+def _gen_param_gather(ctx):
+    if ctx.has("--overlap-param-gather"):
+        return [("overlap-param-gather=off", [("--unset", "overlap-param-gather")])]
+    changes = [("--set", "overlap-param-gather")]
+    for flag in ("--overlap-grad-reduce", "--use-distributed-optimizer"):
+        if not ctx.has(flag):
+            changes.append(("--set", flag[2:]))
+    return [("overlap-param-gather=on", changes)]
+
+
+def _gen_bucket(ctx):
+    current = ctx.args.get("--ddp-bucket-size")
+    out = [("ddp-bucket-size=%d" % value, [("--set", "ddp-bucket-size=%d" % value)])
+           for value in (20000000, 128000000) if str(current) != str(value)]
+    if current is not None:
+        out.append(("ddp-bucket-size=default", [("--unset", "ddp-bucket-size")]))
+    return out
+
+
+def _gen_expandable(ctx):
+    name, value = "PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True"
+    current = ctx.env.get(name)
+    if current == value:
+        return [("expandable-segments=off", [("--unset-env", name)])]
+    if current is None:
+        return [("expandable-segments=on", [("--env", "%s=%s" % (name, value))])]
+    return []  # another allocator setting: not this lever's to replace
+
+
+def _gen_p2p_chunk(ctx):
+    if ctx.pp <= 1 and "NCCL_P2P_NET_CHUNKSIZE" not in ctx.env:
+        return []
+    return _env_values(ctx, "NCCL_P2P_NET_CHUNKSIZE", ("2097152",))
+
+
+GENERATORS = {
+    "tensor-parallel-size": _gen_tp,
+    "sequence-parallel": _gen_sp,
+    "tp-comm-overlap": _gen_tp_overlap,
+    "pipeline-parallel-size": _gen_pp,
+    "virtual-pipeline": _gen_vp,
+    "context-parallel-size": _gen_cp,
+    "expert-parallel-size": _gen_ep,
+    "moe-a2a-overlap": _gen_a2a_overlap,
+    "delay-wgrad-compute": _gen_delay_wgrad,
+    "token-dispatcher": _gen_dispatcher,
+    "micro-batch-size": _gen_mbs,
+    "selective-recompute": _gen_recompute("selective-recompute"),
+    "full-recompute": _gen_recompute("full-recompute"),
+    "distributed-optimizer": lambda ctx: _toggle(ctx, "--use-distributed-optimizer", "distributed-optimizer"),
+    "expandable-segments": _gen_expandable,
+    "overlap-grad-reduce": lambda ctx: _toggle(ctx, "--overlap-grad-reduce", "overlap-grad-reduce"),
+    "overlap-param-gather": _gen_param_gather,
+    "ddp-bucket-size": _gen_bucket,
+    "cuda-device-max-connections": lambda ctx: _env_values(ctx, "CUDA_DEVICE_MAX_CONNECTIONS", ("1", "8", "32")),
+    "high-priority-nccl-streams": lambda ctx: _env_values(ctx, "TORCH_NCCL_HIGH_PRIORITY", ("1",)),
+    "nvls": lambda ctx: _env_values(ctx, "NCCL_NVLS_ENABLE", ("0", "1"), allow_unset=False),
+    "nccl-cta-policy": lambda ctx: _env_values(ctx, "NCCL_CTA_POLICY", ("1",)),
+    "nccl-p2p-chunksize": _gen_p2p_chunk,
+    "avoid-record-streams": lambda ctx: _env_values(ctx, "TORCH_NCCL_AVOID_RECORD_STREAMS", ("1",)),
+}
+
+
+# ------------------------------------------------------------------------------------------ checks
+def check(parent: Recipe, child: Recipe, baseline: Recipe, gpu: Optional[str], gate_rules: Optional[str]) -> str:
+    """Why ``child`` cannot be a candidate (empty: it can): the checks of ``candidate new`` and the gate's
+    configuration check, against ``baseline``."""
+    if not diff(parent, child):
+        return "no change: the recipe already has it"
+    problems = workload.compare(baseline, child)
+    if problems:
+        return "workload: " + "; ".join(problems)
+    violations = legality.check(child.args(), child.env(), child.gpus(), gpu, trusted=baseline.args())
+    if violations:
+        return "legality: " + "; ".join(str(v) for v in violations)
+    env = child.env()
+    from projection import config as proj_config
+    gpus = int(env["ATTUNE_SIM_GPUS"]) if env.get("ATTUNE_SIM_GPUS", "").isdigit() else child.gpus()
+    per_node = env.get("ATTUNE_SIM_GPUS_PER_NODE", "")
+    try:
+        proj_config.parse(child.args(), gpus, gpu, int(per_node) if per_node.isdigit() else 8)
+    except AttuneError as exc:
+        return "megatron: " + str(exc).splitlines()[0]
+    from correctness import config_check
+    found = config_check.check(SimpleNamespace(args=baseline.args(), env=baseline.env()),
+                               SimpleNamespace(args=child.args(), env=child.env()), _rules(gate_rules))
+    if not found["passed"]:
+        return "gate: " + "; ".join(found["reasons"])
+    return ""
+
+
+def _exact(entry_flags: tuple, gate_rules: Optional[str]) -> bool:
+    rules = _rules(gate_rules)
+    found = []
+    for name in entry_flags:
+        rule = rules.get("arg", name) if name.startswith("--") else rules.get("env", name)
+        if rule is not None:
+            found.append(rule.cls == "placement" and rule.exact)
+    return bool(found) and all(found)
+
+
+def space(recipe, baseline=None, *, gpu: Optional[str] = None, gate_rules: Optional[str] = None,
+          catalog: Optional[str] = None, include_empty: bool = False) -> List[Lever]:
+    """The levers and their legal, shippable alternatives against ``recipe`` (see the module docstring).
+
+    ``baseline``: the campaign's baseline recipe (workload and gate reference; default ``recipe``);
+    ``gpu``: the GPU model for the rules that depend on it (default: the recipe's ``ATTUNE_SIM_HARDWARE``);
+    ``gate_rules``: the campaign's gate overrides file (``ATTUNE_GATE_RULES``); ``catalog``: the lever catalog
+    (default the skill's ``references/levers.md``)."""
+    parent = workload.enforce(as_recipe(recipe))
+    base = workload.enforce(as_recipe(baseline)) if baseline is not None else parent
+    ctx = _Context(parent, gpu)
+    gpu = ctx.gpu
+    entries = _catalog(str(catalog or levers_mod.CATALOG))
+    out = []
+    for lever_id in LEVER_IDS:
+        entry = entries.get(lever_id)
+        if entry is None:
+            continue
+        own = tuple(entry["flags"]) + tuple(entry["env"])
+        allowed = set(own) | set(COMPANIONS.get(lever_id, {}))
+        legal, rejected = [], []
+        for name, changes in GENERATORS[lever_id](ctx):
+            alt = Alternative(lever_id, name, tuple(changes))
+            touched = alt.names()
+            if not touched <= allowed:  # a generator bug: never let a second lever in
+                raise AssertionError("lever %s alternative %s changes %s outside its flags"
+                                     % (lever_id, name, sorted(touched - allowed)))
+            companions = tuple(sorted(touched - set(own)))
+            try:
+                # the parent is enforced and no alternative touches the benchmark flags: enforcing the child again
+                # would change nothing (and cost a YAML parse per flag)
+                child = parent.apply(alt.records())
+                why = check(parent, child, base, gpu, gate_rules)
+            except AttuneError as exc:
+                child, why = None, "recipe: " + str(exc).splitlines()[0]
+            alt = dataclasses.replace(alt, companions=companions, child=child)
+            (rejected.append((alt, why)) if why else legal.append(alt))
+        if legal or include_empty:
+            out.append(Lever(id=lever_id, addresses=_addresses(entry), flags=own, alternatives=tuple(legal),
+                             rejected=tuple(rejected), exact=_exact(own, gate_rules)))
+    return out
+
+
+def undo(parent, child, lever: str, name: str) -> Optional[Alternative]:
+    """The alternative that takes ``child`` back to ``parent`` on the arguments and variables they differ in
+    (``None`` when they do not differ); ``name`` is the new alternative's name."""
+    before, after = as_recipe(parent), as_recipe(child)
+    changes = []
+    for record in diff(before, after):
+        if "arg" in record:
+            flag = record["arg"]
+            old = before.args().get(flag)
+            if old is None:
+                changes.append(("--unset", flag[2:]))
+            elif old is True:
+                changes.append(("--set", flag[2:]))
+            else:
+                changes.append(("--set", "%s=%s" % (flag[2:], old)))
+        elif "env" in record:
+            old = before.env().get(record["env"])
+            changes.append(("--unset-env", record["env"]) if old is None else ("--env", "%s=%s" % (record["env"], old)))
+    if not changes:
+        return None
+    return Alternative(lever, name, tuple(changes))
+
+
+def leave_one_out(leader, parent, child, lever: str, name: str, baseline=None, *, gpu: Optional[str] = None,
+                  gate_rules: Optional[str] = None) -> Optional[Alternative]:
+    """The candidate that removes from ``leader`` the change that turned ``parent`` into ``child`` (a step of
+    the leader's lineage), checked like any alternative (``check`` against ``baseline``, default ``leader``);
+    None when it is not a legal, shippable candidate or changes nothing."""
+    alt = undo(parent, child, lever, name)
+    if alt is None:
+        return None
+    lead = workload.enforce(as_recipe(leader))
+    base = workload.enforce(as_recipe(baseline)) if baseline is not None else lead
+    try:
+        result = lead.apply(alt.records())
+        why = check(lead, result, base, gpu or lead.env().get("ATTUNE_SIM_HARDWARE"), gate_rules)
+    except AttuneError:
+        return None
+    return None if why else dataclasses.replace(alt, child=result)
+
+
+# ------------------------------------------------------------------------------------------ projection
+def _overlapped(args: dict) -> dict:
+    sp = "--sequence-parallel" in args and _int(args, "--tensor-model-parallel-size", 1) > 1
+    return {"tp": "--tp-comm-overlap" in args and sp, "ep": "--overlap-moe-expert-parallel-comm" in args,
+            "dp_reduce_scatter": "--overlap-grad-reduce" in args, "dp_all_gather": "--overlap-param-gather" in args,
+            "cp": True, "pp": False}
+
+
+def project_recipe(recipe, hardware: Optional[str] = None) -> Optional[Prediction]:
+    """The projection of one recipe; None without hardware (the recipe's ``ATTUNE_SIM_HARDWARE`` by default).
+    A layout the projection refuses gives a ``Prediction`` with ``error`` set."""
+    recipe = as_recipe(recipe)
+    env = recipe.env()
+    hardware = hardware or env.get("ATTUNE_SIM_HARDWARE")
+    if not hardware:
+        return None
+    from projection.api import project
+    gpus = int(env["ATTUNE_SIM_GPUS"]) if env.get("ATTUNE_SIM_GPUS", "").isdigit() else recipe.gpus()
+    per_node = env.get("ATTUNE_SIM_GPUS_PER_NODE", "")
+    args = recipe.args()
+    try:
+        out = project(args, gpus, hardware, int(per_node) if per_node.isdigit() else None)
+    except AttuneError as exc:
+        return Prediction(0.0, 0.0, False, 0.0, 0.0, error=str(exc).splitlines()[0])
+    time_ = out["time"]
+    comm = dict(time_["comm_s"])
+    # Exposed seconds per kind, approximately: the projection reports the total; it is shared out by each
+    # kind's transfer time, an overlapped kind weighing a tenth (what stays exposed of a pipelined transfer).
+    overlapped = _overlapped(args)
+    weights = {kind: value * (0.1 if overlapped.get(kind) else 1.0) for kind, value in comm.items()}
+    total = sum(weights.values())
+    exposed_total = time_["exposed_comm_s"]
+    exposed = {}
+    for kind, weight in weights.items():
+        group = "dp" if kind.startswith("dp_") else kind
+        exposed[group] = exposed.get(group, 0.0) + (exposed_total * weight / total if total > 0 else 0.0)
+    mem = out["memory"]
+    return Prediction(tokens_per_s_per_gpu=out["tokens_per_s_per_gpu"], step_s=time_["step_s"], fits=mem["fits"],
+                      memory_gib=mem["total_gib"], usable_gib=mem["usable_gib"], compute_s=time_["compute_s"],
+                      exposed_comm_s=exposed_total, bubble_s=time_["bubble_s"], exposed=exposed)
+
+
+def predict(recipe, levers: List[Lever], hardware: Optional[str] = None) \
+        -> Tuple[Optional[Prediction], Dict[tuple, Prediction]]:
+    """The projection of ``recipe`` and of every alternative of ``levers`` applied to it (keyed by
+    ``Alternative.key``); ``(None, {})`` when no hardware is known or the projection refuses ``recipe``."""
+    parent = workload.enforce(as_recipe(recipe))
+    base = project_recipe(parent, hardware)
+    if base is None or not base.ok:  # no hardware, or a projection that refuses the parent: no projection at all
+        return None, {}
+    out = {}
+    for lever in levers:
+        for alt in lever.alternatives:
+            child = alt.child if alt.child is not None else apply(parent, alt)
+            out[alt.key] = project_recipe(child, hardware)
+    return base, out
