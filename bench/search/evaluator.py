@@ -1,0 +1,218 @@
+"""The simulated evaluator: the "true" throughput and memory of a configuration, and what a run of it
+measures and costs. The methods see only ``Evaluator.launch``'s ``Run``; the hidden factors stay here.
+
+    true tokens/s/GPU = projection x exp(sd_t * z_t)         z_t: SHA-256 stream of (noise seed, truth key)
+    true step         = projection step / exp(sd_t * z_t)
+    true memory       = projection memory x exp(sd_m * z_m)  z_m: another stream of the same key
+    OOM               = true memory > the projection's usable memory (HBM x 0.95)
+
+``sd_t`` comes from the projection's own leave-one-out error (``projection/params.json``, ``loo.table``):
+the median absolute relative error ``m`` of the dense rows (MoE rows for an MoE workload) is converted to
+the lognormal sd for which the median of ``|exp(sd Z) - 1|`` is ``m``: Phi(ln(1+m)/sd) - Phi(ln(1-m)/sd) = 1/2
+(``sd_from_median_abs``; for small ``m`` this is ``ln(1+m)/0.6745``). With ``spread="within"`` the sd is
+instead the spread of the LOO log errors around their (model, GPU) group means (the part of the error that
+differs between configurations of one model on one GPU), a sensitivity variant. ``sd_m`` is a stated 5%
+(memory is uncalibrated: no usable row publishes peak memory).
+
+The truth key (``truth_key``): ``config`` (default) is every argument and environment variable of the
+recipe after ``workload.enforce``, so each distinct configuration draws its own factor, including those that
+differ only in a setting the projection does not model (an NCCL variable): such a lever moves the truth by
+the full spread. ``projected`` keys the factor on the projection's parsed ``Job`` only: settings the
+projection does not read then change nothing, in truth as in the projection (a sensitivity variant).
+
+A run (``launch``): ``simulate.model.step_times(20, true step, run key)`` (the simulator's fitted run-to-run
+offset, per-step jitter, slow steps and warm-up, imported, not copied), scored by
+``attune_core.measure.score_run`` (median of iterations 5-19), so measured tokens/s/GPU = GBS x seq /
+(median x GPUs). Peak reserved memory is reported as the true memory. Cost: GPUs x (startup + sum of the 20
+step times) / 3600 GPU-hours, with startup ``simulate.sim_megatron.STARTUP_S`` (initialization and data
+loading before iteration 1 on the simulator's clock); an OOM run dies in iteration 1 and costs GPUs x
+startup / 3600. Illegal configurations never reach ``launch`` (the methods check first).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import hashlib
+import json
+import math
+import statistics
+import sys
+from collections import defaultdict
+from pathlib import Path
+from typing import Optional
+
+REPO = Path(__file__).resolve().parents[2]
+SCRIPTS = REPO / "skill" / "scripts"
+if str(SCRIPTS) not in sys.path:
+    sys.path.insert(0, str(SCRIPTS))
+
+from attune_core import workload as workload_mod  # noqa: E402
+from attune_core.measure import score_run  # noqa: E402
+from attune_core.recipe import Recipe  # noqa: E402
+from planner import space as space_mod  # noqa: E402
+from simulate import model as sim_model  # noqa: E402
+from simulate.sim_megatron import STARTUP_S  # noqa: E402
+
+STEPS = 20
+MEMORY_SD = 0.05
+TRUTH_KEYS = ("config", "projected")
+SPREADS = ("loo", "within")
+
+
+def _phi(x: float) -> float:
+    return 0.5 * (1.0 + math.erf(x / math.sqrt(2.0)))
+
+
+def sd_from_median_abs(m: float) -> float:
+    """The lognormal sd whose ``|exp(sd Z) - 1|`` has median ``m`` (bisection)."""
+    lo, hi = 1e-6, 5.0
+    for _ in range(200):
+        mid = (lo + hi) / 2
+        inside = _phi(math.log(1 + m) / mid) - _phi(math.log(1 - m) / mid)
+        if inside > 0.5:
+            lo = mid
+        else:
+            hi = mid
+    return (lo + hi) / 2
+
+
+@functools.lru_cache(maxsize=1)
+def error_stats() -> dict:
+    """From ``params.json``'s leave-one-out table: per kind (dense, moe) the rows, the median absolute error,
+    the lognormal sd it converts to, and the within-(model, GPU) sd of the log errors."""
+    from projection import api as proj_api, dataset
+    params = proj_api.load_params()
+    rows = {row.row_id: row for row in dataset.load(superseded=True)[0]}
+    table = params["loo"]["table"]
+    out = {}
+    for kind in ("dense", "moe"):
+        mine = [r for r in table if ("--num-experts" in rows[r["row_id"]].args) == (kind == "moe")]
+        median_abs = statistics.median(abs(r["error_pct"]) / 100 for r in mine)
+        groups = defaultdict(list)
+        for r in mine:
+            groups[(r["model"], r["gpu"])].append(-math.log(1 + r["error_pct"] / 100))  # log(measured/predicted)
+        squares, dof = 0.0, 0
+        for values in groups.values():
+            if len(values) >= 2:
+                mean = sum(values) / len(values)
+                squares += sum((v - mean) ** 2 for v in values)
+                dof += len(values) - 1
+        out[kind] = {"rows": len(mine), "median_abs": median_abs, "sd_loo": sd_from_median_abs(median_abs),
+                     "sd_within": math.sqrt(squares / dof) if dof else float("nan"), "within_dof": dof,
+                     "within_groups": sum(1 for v in groups.values() if len(v) >= 2)}
+    out["fit_date"] = params.get("fit_date")
+    return out
+
+
+@dataclasses.dataclass(frozen=True)
+class Truth:
+    key: str
+    tokens: float  # true tokens/s/GPU (0 when the projection refuses the layout)
+    step_s: float
+    memory_gib: float
+    usable_gib: float
+    oom: bool
+    projected_tokens: float
+    factor: float
+    error: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class Run:
+    """What a launch measured: all a method may see."""
+    ok: bool
+    failure: Optional[str]  # "oom" or None
+    tokens: Optional[float]  # measured tokens/s/GPU (median of iterations 5-19)
+    step_s: Optional[float]
+    max_reserved_gib: Optional[float]
+    cost: float  # GPU-hours
+    score: object = None  # attune_core.measure.RunScore
+
+
+def canonical(recipe: Recipe) -> str:
+    """Every argument and variable, sorted (what makes a configuration this configuration). The simulator's
+    run identity (ATTUNE_SIM_SEED) is not part of it."""
+    args = sorted((k, "" if v is True else str(v)) for k, v in recipe.args().items())
+    env = sorted((k, v) for k, v in recipe.env().items() if k != "ATTUNE_SIM_SEED")
+    return json.dumps([args, env, recipe.gpus()])
+
+
+def _normal(*key) -> float:
+    return sim_model.Stream(*key).normal()
+
+
+class Evaluator(object):
+    """One workload under one noise seed (the hidden factors and the run-to-run noise)."""
+
+    def __init__(self, baseline_text: str, moe: bool, noise_seed: int, *, truth_key: str = "config",
+                 spread: str = "loo", memory_sd: float = MEMORY_SD, startup_s: float = STARTUP_S):
+        self.baseline = workload_mod.enforce(Recipe(baseline_text, "baseline"))
+        self.noise_seed = noise_seed
+        stats = error_stats()["moe" if moe else "dense"]
+        self.sd = stats["sd_loo"] if spread == "loo" else stats["sd_within"]
+        self.memory_sd = memory_sd
+        self.startup_s = startup_s
+        self.truth_key = truth_key
+        env = self.baseline.env()
+        self.gpus = int(env.get("ATTUNE_SIM_GPUS") or self.baseline.gpus())
+        self.gbs = int(self.baseline.args()["--global-batch-size"])
+        self.seq = int(self.baseline.args()["--seq-length"])
+        self._truth = {}
+        self.launches = 0
+
+    # ------------------------------------------------------------------ hidden
+    def _key(self, recipe: Recipe, canon: str) -> str:
+        if self.truth_key == "config":
+            return canon
+        from projection import config as proj_config
+        env = recipe.env()
+        per_node = env.get("ATTUNE_SIM_GPUS_PER_NODE", "")
+        try:
+            job = proj_config.parse(recipe.args(), self.gpus, env.get("ATTUNE_SIM_HARDWARE"),
+                                    int(per_node) if per_node.isdigit() else 8)
+        except Exception:  # the projection refuses it: key on the text
+            return canon
+        return repr(dataclasses.replace(job, warnings=()))
+
+    def truth(self, recipe) -> Truth:
+        recipe = workload_mod.enforce(space_mod.as_recipe(recipe))
+        canon = canonical(recipe)
+        found = self._truth.get(canon)
+        if found is not None:
+            return found
+        key = hashlib.sha256(self._key(recipe, canon).encode()).hexdigest()
+        pred = space_mod.project_recipe(recipe)
+        if pred is None or not pred.ok:
+            found = Truth(key, 0.0, math.inf, math.inf, 0.0, False, 0.0, 1.0,
+                          error=pred.error if pred is not None else "no hardware")
+        else:
+            factor = math.exp(self.sd * _normal("bench-truth", self.noise_seed, key))
+            memory = pred.memory_gib * math.exp(self.memory_sd * _normal("bench-memory", self.noise_seed, key))
+            found = Truth(key, pred.tokens_per_s_per_gpu * factor, pred.step_s / factor, memory, pred.usable_gib,
+                          memory > pred.usable_gib, pred.tokens_per_s_per_gpu, factor)
+        self._truth[canon] = found
+        return found
+
+    # ------------------------------------------------------------------ visible
+    def launch(self, recipe, run_key: str) -> Run:
+        """Run ``recipe`` once (``run_key`` names the run: its noise). Never called for illegal recipes."""
+        truth = self.truth(recipe)
+        self.launches += 1
+        if truth.error:
+            raise ValueError("launch of a configuration the projection refuses (%s): the caller must check "
+                             "legality first" % truth.error)
+        if truth.oom:
+            return Run(False, "oom", None, None, None, self.gpus * self.startup_s / 3600.0)
+        times = sim_model.step_times(STEPS, truth.step_s, "bench|%s|%s|%s" % (self.noise_seed, truth.key, run_key))
+        metrics = {"iter": list(range(1, STEPS + 1)), "step_ms": [t * 1000.0 for t in times],
+                   "loss": [0.0] * STEPS, "skipped": [0] * STEPS, "nan": [0] * STEPS,
+                   "global_batch_size": self.gbs, "seq_length": self.seq, "gpus": self.gpus}
+        score = score_run("finished", metrics)
+        cost = self.gpus * (self.startup_s + sum(times)) / 3600.0
+        return Run(True, None, score.tokens_per_s_per_gpu, score.step_time_s, truth.memory_gib, cost, score)
+
+    def expected_cost(self, recipe=None) -> float:
+        """The true cost of one successful run of ``recipe`` (default the baseline) without noise."""
+        truth = self.truth(recipe if recipe is not None else self.baseline)
+        return self.gpus * (self.startup_s + STEPS * truth.step_s) / 3600.0
