@@ -36,7 +36,7 @@ SCRIPTS = REPO / "skill" / "scripts"
 if str(SCRIPTS) not in sys.path:
     sys.path.insert(0, str(SCRIPTS))
 
-from attune_core import legality, lessons as lessons_mod, ranking as ranking_mod  # noqa: E402
+from attune_core import lessons as lessons_mod, ranking as ranking_mod  # noqa: E402
 from attune_core import workload as workload_mod  # noqa: E402
 from attune_core.errors import AttuneError  # noqa: E402
 from attune_core.measure import not_rankable  # noqa: E402
@@ -49,27 +49,6 @@ NOISE_FLOOR = 0.01  # ATTUNE_NOISE_FLOOR's default
 BASELINE_REPEATS = 3  # ATTUNE_BASELINE_REPEATS's default
 MAX_DRAWS = 3000  # illegal draws in a row before a model-free method gives up
 KEEP = "keep"
-
-
-# ------------------------------------------------------------------------------------------ legality fix
-_ORIGINAL_CHECK = legality.check
-LAYOUT_FLAGS = ("--pipeline-model-parallel-layout", "--decoder-first-pipeline-num-layers",
-                "--decoder-last-pipeline-num-layers")
-
-
-def _layout_aware_check(args, env, world_size, gpu=None, trusted=()):
-    """``legality.check`` without the layer-count rules when a custom pipeline layout or uneven first/last
-    stages set the layer split, exactly as ``projection/config.py`` calls it (it drops ``--num-layers``
-    then; the layout's own rules are checked by ``projection.config.parse``, which ``space.check`` runs)."""
-    if any(flag in args for flag in LAYOUT_FLAGS):
-        args = {k: v for k, v in args.items() if k != "--num-layers"}
-    return _ORIGINAL_CHECK(args, env, world_size, gpu, trusted)
-
-
-def set_layout_fix(enabled: bool) -> None:
-    """Install (or remove) the layout-aware legality check for this process (see the report: without it every
-    alternative of a recipe with ``--pipeline-model-parallel-layout`` fails ``layers-per-stage``)."""
-    legality.check = _layout_aware_check if enabled else _ORIGINAL_CHECK
 
 
 # ------------------------------------------------------------------------------------------ bookkeeping
@@ -239,7 +218,8 @@ class PlannerDriver(object):
                                                     max_reserved_gib=max(memory) if memory else None)
             state.levers, state.leader_prediction, state.predictions = \
                 base.levers, base.leader_prediction, base.predictions
-            state.lineage = self.lineage(rank, leader, recipe, tried)
+            state.lineage = policy.project_lineage(self.lineage(rank, leader, recipe, tried), self.gpu)
+            state.moe = "--num-experts" in recipe.args()
         return state
 
     def lineage(self, rank, leader: str, leader_recipe: Recipe, tried: list) -> list:

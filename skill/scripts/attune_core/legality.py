@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import re
 from typing import Mapping, Optional
 
 # Flags that look plausible but Megatron-LM's command line does not have (or no longer uses).
@@ -45,6 +46,7 @@ KNOWN_FLAGS = (
     "--empty-unused-memory-level", "--distributed-timeout-minutes", "--log-throughput", "--log-interval",
     "--timing-log-level", "--profile", "--profile-step-start", "--profile-step-end", "--profile-ranks",
     "--use-pytorch-profiler", "--record-memory-history", "--deterministic-mode", "--num-layers", "--seq-length",
+    "--pipeline-model-parallel-layout", "--decoder-first-pipeline-num-layers", "--decoder-last-pipeline-num-layers",
     "--exit-interval", "--train-iters",
     # slime
     "--actor-num-nodes", "--actor-num-gpus-per-node", "--rollout-num-gpus", "--rollout-num-gpus-per-engine",
@@ -72,6 +74,83 @@ def _int(args: Mapping, flag: str, default: Optional[int]) -> Optional[int]:
         return int(value)
     except (TypeError, ValueError):
         return None
+
+
+def layout_stages(text: str) -> Optional[list]:
+    """``--pipeline-model-parallel-layout`` (Megatron's grammar: ``E`` embedding, ``t`` decoder layer, ``m`` MTP
+    layer, ``L`` loss, ``|`` between stages, ``(..)*n`` and ``x*n`` repeats) as the number of decoder layers of
+    each stage, in order; None when the text has characters outside that grammar."""
+    flat = str(text).replace(",", "").replace('"', "").replace("'", "").replace(" ", "")
+    for pattern in (r"\(([^)]+)\)\*(\d+)", r"(.)\*(\d+)"):
+        flat = re.sub(pattern, lambda match: match.group(1) * int(match.group(2)), flat)
+    if set(flat) - set("EtmL|"):
+        return None
+    return [stage.count("t") for stage in flat.split("|")]
+
+
+def _pipeline_split(args: Mapping, layers: Optional[int], pp: int, per_vstage: Optional[int]) -> list:
+    """The layer split over pipeline stages, as Megatron-LM's ``validate_args`` checks it: an explicit
+    ``--pipeline-model-parallel-layout`` sets the split (its stage count a multiple of PP, its decoder layers
+    the model's, no other virtual-pipeline flag beside it); uneven first/last stages
+    (``--decoder-first/last-pipeline-num-layers``) leave the rest to divide evenly over the middle stages
+    (``--num-layers-per-virtual-pipeline-stage`` is refused with them); otherwise the layers divide by PP and
+    the layers per stage by the layers per virtual stage."""
+    out = []
+    layout = args.get("--pipeline-model-parallel-layout")
+    vstages = args.get("--num-virtual-stages-per-pipeline-rank")
+    first = _int(args, "--decoder-first-pipeline-num-layers", None)
+    last = _int(args, "--decoder-last-pipeline-num-layers", None)
+    uneven = first is not None or last is not None
+    if sum(x is not None for x in (layout, vstages, per_vstage)) > 1:
+        out.append(Violation("virtual-pipeline", "no more than one of --num-layers-per-virtual-pipeline-stage, "
+                             "--num-virtual-stages-per-pipeline-rank and --pipeline-model-parallel-layout can be set",
+                             "keep one of them"))
+    if layout is not None and layout is not True:
+        stages = layout_stages(layout)
+        if stages is None:
+            out.append(Violation("pipeline-layout", "--pipeline-model-parallel-layout %r has characters outside "
+                                 "E, t, m, L, | and repeats" % layout, "write the layout in Megatron's grammar"))
+            return out
+        if len(stages) % pp:
+            out.append(Violation("pipeline-layout", "the layout has %d stages, not a multiple of "
+                                 "--pipeline-model-parallel-size=%d" % (len(stages), pp),
+                                 "rewrite the layout for the new PP size (or keep PP)"))
+        if layers is not None and sum(stages) != layers:
+            out.append(Violation("pipeline-layout", "the layout places %d decoder layers; --num-layers is %d"
+                                 % (sum(stages), layers), "place every decoder layer exactly once"))
+        if uneven:
+            out.append(Violation("pipeline-layout", "--decoder-first/last-pipeline-num-layers cannot be given with "
+                                 "--pipeline-model-parallel-layout", "put the uneven stages in the layout"))
+        return out
+    if uneven:
+        if per_vstage is not None:
+            out.append(Violation("virtual-pipeline", "uneven first/last stages need "
+                                 "--num-virtual-stages-per-pipeline-rank, not --num-layers-per-virtual-pipeline-stage",
+                                 "give the virtual-pipeline degree with --num-virtual-stages-per-pipeline-rank"))
+        if pp == 1:
+            out.append(Violation("uneven-pipeline", "--decoder-first/last-pipeline-num-layers needs pipeline "
+                                 "parallelism (PP > 1)", "remove them or raise --pipeline-model-parallel-size"))
+        elif layers is not None:
+            rest = layers - (first or 0) - (last or 0)
+            middle = pp - (first is not None) - (last is not None)
+            if rest < 0 or (middle and rest % middle) or (not middle and rest):
+                out.append(Violation("layers-per-stage", "%d layers left after the first/last stages do not divide "
+                                     "evenly over %d middle stage(s)" % (rest, middle),
+                                     "choose first/last stage sizes (or a PP size) that leave an even split"))
+        return out
+    if layers is not None and layers % pp:
+        out.append(Violation("layers-per-stage", "--num-layers=%d is not divisible by --pipeline-model-parallel-size=%d"
+                             % (layers, pp), "choose a PP size that divides the number of layers (or set an uneven "
+                             "first/last stage)"))
+    if per_vstage is not None:
+        if pp == 1:
+            out.append(Violation("virtual-pipeline", "--num-layers-per-virtual-pipeline-stage needs pipeline "
+                                 "parallelism (PP > 1)", "remove it or raise --pipeline-model-parallel-size"))
+        elif layers is not None and (layers // pp) % per_vstage:
+            out.append(Violation("virtual-pipeline", "%d layers per pipeline stage are not divisible by "
+                                 "--num-layers-per-virtual-pipeline-stage=%d" % (layers // pp, per_vstage),
+                                 "choose a number of layers per virtual stage that divides the layers per stage"))
+    return out
 
 
 def check(args: Mapping, env: Mapping, world_size: int, gpu: Optional[str] = None, trusted=()) -> list:
@@ -131,18 +210,8 @@ def check(args: Mapping, env: Mapping, world_size: int, gpu: Optional[str] = Non
             "size (%d)" % (gbs, mbs, dp), "keep the global batch (it is part of the workload) and change the "
             "micro batch size or the parallel layout")
     layers = sizes["--num-layers"]
-    if layers is not None and layers % pp:
-        bad("layers-per-stage", "--num-layers=%d is not divisible by --pipeline-model-parallel-size=%d" % (layers, pp),
-            "choose a PP size that divides the number of layers (or set an uneven first/last stage)")
     per_vstage = sizes["--num-layers-per-virtual-pipeline-stage"]
-    if per_vstage is not None:
-        if pp == 1:
-            bad("virtual-pipeline", "--num-layers-per-virtual-pipeline-stage needs pipeline parallelism (PP > 1)",
-                "remove it or raise --pipeline-model-parallel-size")
-        elif layers is not None and (layers // pp) % per_vstage:
-            bad("virtual-pipeline", "%d layers per pipeline stage are not divisible by "
-                "--num-layers-per-virtual-pipeline-stage=%d" % (layers // pp, per_vstage),
-                "choose a number of layers per virtual stage that divides the layers per stage")
+    out.extend(_pipeline_split(args, layers, pp, per_vstage))
     if "--sequence-parallel" in args and tp == 1:
         bad("sequence-parallel", "--sequence-parallel needs tensor parallelism (TP > 1); Megatron turns it off at TP=1",
             "remove --sequence-parallel or raise --tensor-model-parallel-size")

@@ -450,13 +450,15 @@ class Planner(object):
                                                            self.settings.get("ATTUNE_PLANNER_GPU") or None)
             lead_pred, predictions = self.predicted[leader]
             measured = self.measured(leader, (status.get("leader") or {}).get("tokens_per_s_per_gpu"))
-            lineage = self.lineage(leader, launches, tried, text)
+            lineage = policy.project_lineage(self.lineage(leader, launches, tried, text),
+                                             self.settings.get("ATTUNE_PLANNER_GPU") or None)
         return policy.State(
             leader=leader, leader_measured=measured, baseline_runs=baseline_runs, baseline_failures=baseline_failures,
             baseline_runs_needed=band.get("baseline_runs_needed", 0), band=band["value"],
             band_established=bool(band.get("established")), budget_left=max(0.0, budget["left"]), run_cost=run_cost,
             levers=levers, leader_prediction=lead_pred, predictions=predictions, tried=tried, lineage=lineage,
-            excluded=dict(self.excluded), seed=int(self.settings.get("ATTUNE_PLANNER_SEED") or 0))
+            excluded=dict(self.excluded), seed=int(self.settings.get("ATTUNE_PLANNER_SEED") or 0),
+            moe=("--num-experts" in space_mod.as_recipe(self.recipe_text(leader)).args()) if levers else None)
 
     def lineage(self, leader: str, launches: dict, tried: list, leader_text: str) -> list:
         """The changes from the baseline to the leader, each with the change that removes it from the leader."""

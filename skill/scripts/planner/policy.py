@@ -22,15 +22,26 @@ The policy (README.md in this folder has the whole of it):
    over 5%);
 2. a candidate that beats the leader is gated, then confirmed (``gate`` before ``confirm``: a gate-failed
    recipe is never confirmed); a run whose failure class is transient is rerun once;
-3. exploration, one change against the current leader: every alternative of the space the projection says
-   fits, ranked by its predicted gain (the projection of the alternative against the projection of the
-   leader); levers the projection does not model get a quarter of the diagnosed share of the bottlenecks
-   they address (the catalog's *Addresses*). Only those predicted to clear the band; a rejection from an
-   older leader is re-tested when its predicted gain under the new leader is larger than it was, the
-   stalest first. The budget keeps room for the winner's confirmation and the leave-one-out;
-4. leave-one-out on the final stack (every change of the leader's lineage but the last);
-5. stop with evidence: nothing left predicted to clear the band, or a budget that cannot hold another
-   useful run.
+3. exploration, one change against the current leader, under the projection's own error: its leave-one-out
+   median absolute error of tokens/s/GPU (``projection/params.json`` "loo", projection/README.md: 4.3% over
+   the dense rows, 24.6% over the MoE rows; ``Config.error_median_dense``/``error_median_moe``) is read as a
+   lognormal factor on each configuration's projection, of sd ``lognormal_sd(median)`` (0.064 dense, 0.371
+   MoE; MoE when the leader has ``--num-experts``). A modelled option (the projection reads one of its
+   lever's flags: ``projection.config.READS``) of predicted gain g is taken while
+   ``P(true gain > band) = 1 - Phi((ln(1 + band) - ln(1 + g)) / sd)`` is at least ``Config.min_probability``
+   (0.2), ordered by its expected improvement over the leader ``E[max(0, (1 + g) F - 1)]`` (the lognormal call
+   price at strike 1). Levers the projection does not read get a quarter of the diagnosed share of the
+   bottlenecks they address (the catalog's *Addresses*), need that share to clear the band, and come after
+   the modelled ones. Never an alternative that returns a lever to a value a kept change of the lineage moved
+   away from; a rejection from an older leader is re-tested when its predicted gain under the new leader is
+   larger than it was, the stalest first. Exploration goes on while the budget holds the option's run and its
+   confirmation, each at its own predicted cost (``run_cost`` x its projected step time over the leader's,
+   never below ``run_cost``), plus the leave-one-out still owed;
+4. leave-one-out on the final stack (every change of the leader's lineage but the last), each at its own
+   predicted cost, skipping a removal the projection predicts to lose far more than the band
+   (``P(true removal gain > -band) < min_probability``: the change's gain is already measured by the lineage);
+5. stop with evidence: no option left with ``P(gain > band) >= min_probability``, or a budget that cannot hold
+   another useful run.
 """
 
 from __future__ import annotations
@@ -43,7 +54,8 @@ from typing import Dict, List, Optional, Sequence
 from .space import Alternative, Lever, Prediction
 
 __all__ = ["Measured", "Tried", "Change", "Config", "State", "Option", "Action", "propose", "options", "diagnose",
-           "state_for", "runs_left", "VERDICTS"]
+           "state_for", "runs_left", "VERDICTS", "project_lineage", "error_sd", "lognormal_sd",
+           "probability_above", "expected_improvement"]
 
 # Tried.verdict: running (launched, not finalized), beats (beats the leader: needs gate and confirmation),
 # kept, rejected, hurt (as ``attune lesson`` says), failed (no score: failure holds the class).
@@ -85,12 +97,15 @@ class Tried:
 @dataclasses.dataclass(frozen=True)
 class Change:
     """One step of the leader's lineage: ``lever``/``alternative`` introduced by ``run``; ``undo`` is the
-    change that removes it from the current leader (None when that is not a legal candidate)."""
+    change that removes it from the current leader (None when that is not a legal candidate); ``predicted``
+    the projection of the leader with it removed (``undo.child``), when known: the leave-one-out's predicted
+    loss and cost."""
     lever: str
     alternative: str
     run: str
     undo: Optional[Alternative] = None
     gain: Optional[float] = None
+    predicted: Optional[Prediction] = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -102,6 +117,11 @@ class Config:
     retry_classes: tuple = ("nccl_timeout", "hang", "lost", "unschedulable")  # failure classes worth one rerun
     retest_margin: float = 0.5  # a re-test needs a predicted gain larger by this many bands than before
     recent_evidence: int = 6  # candidates against the leader named as a stop's evidence
+    # The projection's own error (projection/README.md, params.json "loo": leave-one-out median absolute error of
+    # tokens/s/GPU, dense and MoE rows), read as a lognormal factor on every configuration's projection.
+    error_median_dense: float = 0.043
+    error_median_moe: float = 0.246
+    min_probability: float = 0.2  # an option is worth a run while P(true gain > band) is at least this
 
 
 @dataclasses.dataclass
@@ -123,6 +143,7 @@ class State:
     excluded: dict = dataclasses.field(default_factory=dict)  # Alternative.key -> why (refused by candidate new)
     seed: int = 0
     config: Config = Config()
+    moe: Optional[bool] = None  # the leader has --num-experts (None: read from the space's recipes)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -136,6 +157,9 @@ class Option:
     memory_gib: Optional[float] = None
     retest_of: Optional[Tried] = None
     why: str = ""
+    probability: Optional[float] = None  # P(true gain > band) under the projection's error (modelled options)
+    expected: Optional[float] = None  # expected improvement over the leader, E[max(0, true gain)] (modelled)
+    cost: Optional[float] = None  # budget units one run of it is predicted to need
 
 
 @dataclasses.dataclass(frozen=True)
@@ -205,10 +229,86 @@ def _memory_ratio(state: State) -> float:
     return max(1.0, min(1.5, measured.max_reserved_gib / lead.memory_gib))
 
 
-def _modelled(state: State, pred: Optional[Prediction]) -> bool:
+def _phi(x: float) -> float:
+    return 0.5 * (1.0 + math.erf(x / math.sqrt(2.0)))
+
+
+def lognormal_sd(median_abs: float) -> float:
+    """The sd of ``log F`` (F lognormal around 1) whose ``|F - 1|`` has median ``median_abs`` (bisection)."""
+    lo, hi = 1e-6, 5.0
+    for _ in range(100):
+        mid = (lo + hi) / 2
+        inside = _phi(math.log(1 + median_abs) / mid) - _phi(math.log(max(1e-12, 1 - median_abs)) / mid)
+        lo, hi = (mid, hi) if inside > 0.5 else (lo, mid)
+    return (lo + hi) / 2
+
+
+def _is_moe(state: State) -> bool:
+    if state.moe is not None:
+        return state.moe
+    for lever in state.levers:
+        for alt in lever.alternatives:
+            if alt.child is not None:
+                return "--num-experts" in alt.child.args()
+    return False
+
+
+def error_sd(state: State) -> float:
+    """The lognormal sd of the projection's error for the leader's kind (dense or MoE)."""
+    cfg = state.config
+    return lognormal_sd(cfg.error_median_moe if _is_moe(state) else cfg.error_median_dense)
+
+
+def probability_above(gain: float, threshold: float, sd: float) -> float:
+    """P(true gain > threshold) when the true ratio is ``(1 + gain) * F``, ``log F ~ N(0, sd)``."""
+    if gain <= -1:
+        return 0.0
+    return 1.0 - _phi((math.log1p(threshold) - math.log1p(gain)) / sd)
+
+
+def expected_improvement(gain: float, sd: float) -> float:
+    """E[max(0, (1 + gain) * F - 1)], ``log F ~ N(0, sd)`` (the lognormal call price at strike 1)."""
+    if gain <= -1:
+        return 0.0
+    d2 = math.log1p(gain) / sd
+    return (1 + gain) * math.exp(sd * sd / 2) * _phi(d2 + sd) - _phi(d2)
+
+
+def _modelled(state: State, lever: Lever, alt: Alternative, pred: Optional[Prediction]) -> bool:
+    """Whether the projection reads the lever's flags (``projection.config.READS``/``READS_ENV``): then its
+    prediction is the estimate, even when it equals the leader's."""
+    from projection.config import READS, READS_ENV
     lead = state.leader_prediction
-    return (pred is not None and pred.ok and lead is not None and lead.ok and lead.tokens_per_s_per_gpu > 0
-            and abs(pred.tokens_per_s_per_gpu - lead.tokens_per_s_per_gpu) > 1e-9 * lead.tokens_per_s_per_gpu)
+    if pred is None or not pred.ok or lead is None or not lead.ok or lead.tokens_per_s_per_gpu <= 0:
+        return False
+    own = alt.names() & set(lever.flags) or alt.names()
+    return any(name in READS if name.startswith("--") else name in READS_ENV for name in own)
+
+
+def _cost(state: State, pred: Optional[Prediction]) -> float:
+    """Budget units one run of a recipe projected as ``pred`` needs: ``run_cost`` (priced on the baseline)
+    scaled by its projected step time over the leader's, never below ``run_cost``."""
+    lead = state.leader_prediction
+    if pred is None or not pred.ok or lead is None or not lead.ok or lead.step_s <= 0 or pred.step_s <= 0:
+        return state.run_cost
+    return state.run_cost * max(1.0, pred.step_s / lead.step_s)
+
+
+def _value(recipe, name: str):
+    return recipe.args().get(name) if name.startswith("--") else recipe.env().get(name)
+
+
+def _reverses(state: State, alt: Alternative) -> Optional[Change]:
+    """The kept change of the lineage whose lever ``alt`` would return to the value it moved away from."""
+    if alt.child is None:
+        return None
+    for change in state.lineage:
+        undo = change.undo
+        if change.lever != alt.lever or undo is None or undo.child is None:
+            continue
+        if all(_value(alt.child, name) == _value(undo.child, name) for name in undo.names()):
+            return change
+    return None
 
 
 def options(state: State) -> List[Option]:
@@ -218,6 +318,7 @@ def options(state: State) -> List[Option]:
     shares = diagnose(state.leader_prediction, state.leader_measured)
     ratio = _memory_ratio(state)
     lead = state.leader_prediction
+    sd = error_sd(state)
     by_key = {}
     for tried in state.tried:
         by_key.setdefault((tried.lever, tried.alternative), []).append(tried)
@@ -234,21 +335,28 @@ def options(state: State) -> List[Option]:
                 continue  # a reason no new leader changes
             if any(t.verdict in ("running", "beats") for t in history):
                 continue
+            if _reverses(state, alt) is not None:
+                continue  # back to a value the lineage moved away from, with a kept verdict
             pred = state.predictions.get(alt.key)
             if pred is not None and not pred.ok:
                 continue  # the projection refuses the layout
             if pred is not None and (not pred.fits or pred.memory_gib * ratio > pred.usable_gib):
                 continue  # the memory pre-filter
-            modelled = _modelled(state, pred)
+            modelled = _modelled(state, lever, alt, pred)
+            probability = expected = None
             if modelled:
                 gain = pred.tokens_per_s_per_gpu / lead.tokens_per_s_per_gpu - 1
                 bound = gain
+                probability = probability_above(gain, threshold, sd)
+                expected = expected_improvement(gain, sd)
+                if probability < cfg.min_probability:
+                    continue
             elif lead is not None and lead.ok and pred is not None:
                 gain, bound = cfg.unmodelled_fraction * share, share
+                if bound <= threshold or gain <= 0:
+                    continue
             else:  # no projection at all: every lever is a guess; the catalog's order decides
                 gain, bound = cfg.unmodelled_fraction * threshold * 2, math.inf
-            if bound <= threshold or gain <= 0:
-                continue
             retest = None
             if history:  # rejected, hurt or failed against an older leader
                 last = max(history, key=lambda t: t.order)
@@ -256,13 +364,15 @@ def options(state: State) -> List[Option]:
                 if not modelled or before is None or gain <= before + cfg.retest_margin * state.band:
                     continue
                 retest = last  # staleness: how long ago it was last tested
-            why = ("predicted %+.1f%%" % (100 * gain) if modelled else
+            why = ("predicted %+.1f%%, P(clears the band) %.0f%%, expected improvement %+.1f%%" % (
+                       100 * gain, 100 * probability, 100 * expected) if modelled else
                    "not modelled; addresses %.1f%% of the step" % (100 * share) if math.isfinite(bound) else
                    "no projection")
             if retest is not None:
                 why += "; re-test of %s (predicted %+.1f%% then)" % (retest.run, 100 * (last.predicted_gain or 0))
             found.append(Option(lever, alt, gain, bound, modelled, share,
-                                pred.memory_gib if pred is not None and pred.ok else None, retest, why))
+                                pred.memory_gib if pred is not None and pred.ok else None, retest, why,
+                                probability, expected, _cost(state, pred)))
     if lead is None:  # blind: one alternative per lever, the first its lever lists
         firsts = {}
         for opt in found:
@@ -273,7 +383,8 @@ def options(state: State) -> List[Option]:
         memory = opt.memory_gib if opt.memory_gib is not None else 0.0
         stale = opt.retest_of.order if opt.retest_of is not None else 10 ** 9
         blind = BLIND_ORDER.index(opt.lever.id) if opt.lever.id in BLIND_ORDER else len(BLIND_ORDER)
-        return (0 if opt.modelled else 1, -round(opt.gain, 4), stale, -round(opt.share, 4), round(memory, 1),
+        value = opt.expected if opt.expected is not None else opt.gain
+        return (0 if opt.modelled else 1, -round(value, 5), stale, -round(opt.share, 4), round(memory, 1),
                 0 if opt.lever.exact else 1, blind if lead is None else 0,
                 _tiebreak(state.seed, opt.lever.id, opt.alternative.name))
     return sorted(found, key=key)
@@ -291,6 +402,8 @@ def hypothesis(state: State, opt: Option) -> str:
     shares = diagnose(lead, state.leader_measured)
     top = next(((k, v) for k, v in shares.items() if k not in ("compute", "memory_headroom")), None)
     parts = ["%s (%s)" % (alt.name, opt.lever.id)]
+    if opt.modelled and lead is not None and pred is not None and pred.step_s == lead.step_s:
+        parts.append("the projection reads its flags and predicts no change (step %.2f s)" % lead.step_s)
     if opt.modelled and lead is not None and pred is not None:
         parts.append("projection: step %.2f s -> %.2f s (compute %.2f -> %.2f s, exposed communication %.2f -> "
                      "%.2f s, bubble %.2f -> %.2f s), memory %.1f -> %.1f GiB of %.1f" % (
@@ -301,6 +414,9 @@ def hypothesis(state: State, opt: Option) -> str:
         expect = "expect %s tokens/s/GPU" % _pct(opt.gain)
         if measured:
             expect += " (%.1f -> about %.1f)" % (measured, measured * (1 + opt.gain))
+        if opt.probability is not None:
+            expect += ("; with the projection's error (lognormal sd %.3f) P(gain > band) %.0f%%, expected "
+                       "improvement %s" % (error_sd(state), 100 * opt.probability, _pct(opt.expected)))
         parts.append(expect)
     elif math.isfinite(opt.bound):
         parts.append("the projection does not model it; it addresses %s, %.1f%% of the step by the projection's "
@@ -319,12 +435,33 @@ def hypothesis(state: State, opt: Option) -> str:
     return "; ".join(parts)
 
 
+def _loo_loss(state: State, change: Change) -> Optional[float]:
+    """The removal's predicted gain against the leader (negative: a loss), when both are projected."""
+    lead, pred = state.leader_prediction, change.predicted
+    if lead is None or not lead.ok or pred is None or not pred.ok or lead.tokens_per_s_per_gpu <= 0:
+        return None
+    return pred.tokens_per_s_per_gpu / lead.tokens_per_s_per_gpu - 1
+
+
+def _loo_pointless(state: State, change: Change) -> bool:
+    """A removal the projection predicts to lose far more than the band: P(the stack without it stays within
+    the band, true gain > -band) below ``min_probability`` under the projection's error. The change's own
+    gain is already evidenced by the lineage's measurements; a run would only confirm the loss."""
+    loss = _loo_loss(state, change)
+    return loss is not None and probability_above(loss, -state.band, error_sd(state)) < state.config.min_probability
+
+
 def _loo_todo(state: State) -> List[Change]:
     if len(state.lineage) < 2:
         return []
     done = {(t.lever, t.alternative) for t in state.tried if t.loo and t.parent == state.leader}
     return [change for change in state.lineage[:-1]
-            if change.undo is not None and change.undo.key not in done and change.undo.key not in state.excluded]
+            if change.undo is not None and change.undo.key not in done and change.undo.key not in state.excluded
+            and not _loo_pointless(state, change)]
+
+
+def _loo_cost(state: State, change: Change) -> float:
+    return _cost(state, change.predicted)
 
 
 def _evidence(state: State) -> tuple:
@@ -374,14 +511,18 @@ def propose(state: State) -> Action:
         if tried.verdict == "failed" and tried.failure in cfg.retry_classes and not tried.retried and left >= 2:
             return Action("retry", run=tried.run, lever=tried.lever,
                           why="%s failed with %s: one rerun before rejecting it" % (tried.run, tried.failure))
-    # 3. exploration, keeping room for a winner's confirmation and the leave-one-out
+    # 3. exploration, keeping room for a winner's confirmation and the leave-one-out (each at its own cost)
     todo = _loo_todo(state)
     found = options(state)
-    if found and left >= 2 + len(todo):
-        best = found[0]
-        return Action("candidate", lever=best.lever.id, alternative=best.alternative,
-                      hypothesis=hypothesis(state, best), why=best.why)
+    reserve = sum(_loo_cost(state, change) for change in todo)
+    budget = state.budget_left if not math.isinf(state.budget_left) else math.inf
+    for best in found:
+        cost = best.cost if best.cost is not None else state.run_cost
+        if budget + 1e-9 >= 2 * cost + reserve and left >= 2:
+            return Action("candidate", lever=best.lever.id, alternative=best.alternative,
+                          hypothesis=hypothesis(state, best), why=best.why)
     # 4. leave-one-out on the final stack
+    todo = [change for change in todo if budget + 1e-9 >= _loo_cost(state, change)]
     if todo and left >= 1:
         change = todo[0]
         gain = "%s" % _pct(change.gain) if change.gain is not None else "its measured gain"
@@ -395,15 +536,22 @@ def propose(state: State) -> Action:
         return _stop(state, "the budget left (%d run(s)) cannot hold a candidate and its confirmation%s; best left: "
                      "%s (%s)" % (left, " and the leave-one-out" if todo else "", found[0].alternative.name,
                                   found[0].why))
-    if todo:
-        return _stop(state, "the budget cannot hold the leave-one-out of %s" % ", ".join(c.alternative for c in todo))
+    owed = _loo_todo(state)
+    if owed:
+        return _stop(state, "the budget cannot hold the leave-one-out of %s" % ", ".join(c.alternative for c in owed))
     shares = diagnose(state.leader_prediction, state.leader_measured)
     top = ", ".join("%s %.1f%%" % (k, 100 * v) for k, v in shares.items()
                     if k not in ("compute", "memory_headroom") and v > 0)
-    return _stop(state, "nothing left is predicted to clear the band (+/-%.1f%%): every alternative of the space "
-                 "was tried against leader %s, does not fit, or is predicted inside the band%s%s" % (
-                     100 * state.band, state.leader, "; remaining exposed shares: " + top if top else "",
-                     "; leave-one-out done" if len(state.lineage) >= 2 else ""))
+    skipped = [c.alternative for c in state.lineage[:-1] if c.undo is not None and _loo_pointless(state, c)]
+    return _stop(state, "nothing left has a meaningful chance to clear the band (+/-%.1f%%): every alternative of "
+                 "the space was tried against leader %s, does not fit, or has P(gain > band) under %.0f%% with the "
+                 "projection's error (lognormal sd %.3f)%s%s%s" % (
+                     100 * state.band, state.leader, 100 * cfg.min_probability, error_sd(state),
+                     "; remaining exposed shares: " + top if top else "",
+                     "; leave-one-out done" if len(state.lineage) >= 2 and len(skipped) < len(
+                         [c for c in state.lineage[:-1] if c.undo is not None]) else "",
+                     "; leave-one-out skipped, predicted to lose far more than the band: " + ", ".join(skipped)
+                     if skipped else ""))
 
 
 # ------------------------------------------------------------------------------------------ building a state
@@ -418,8 +566,21 @@ def state_for(recipe, baseline=None, *, leader: Optional[str], tried: Sequence[T
     from . import space as space_mod
     levers = space_mod.space(recipe, baseline, gpu=hardware, gate_rules=gate_rules)
     lead, predictions = space_mod.predict(recipe, levers, hardware)
+    lineage = project_lineage(lineage, hardware)
     return State(leader=leader, leader_measured=measured or Measured(), baseline_runs=tuple(baseline_runs),
                  baseline_failures=baseline_failures, baseline_runs_needed=baseline_runs_needed, band=band,
                  band_established=band_established, budget_left=budget_left, run_cost=run_cost, levers=levers,
                  leader_prediction=lead, predictions=predictions, tried=list(tried), lineage=list(lineage),
-                 excluded=dict(excluded or {}), seed=seed, config=config or Config())
+                 excluded=dict(excluded or {}), seed=seed, config=config or Config(),
+                 moe="--num-experts" in space_mod.as_recipe(recipe).args())
+
+
+def project_lineage(lineage: Sequence[Change], hardware: Optional[str] = None) -> List[Change]:
+    """The lineage with ``Change.predicted`` filled in: the projection of each change's ``undo.child``."""
+    from . import space as space_mod
+    out = []
+    for change in lineage:
+        if change.predicted is None and change.undo is not None and change.undo.child is not None:
+            change = dataclasses.replace(change, predicted=space_mod.project_recipe(change.undo.child, hardware))
+        out.append(change)
+    return out

@@ -287,6 +287,11 @@ def _gen_tp_overlap(ctx):
 
 
 def _gen_pp(ctx):
+    # An explicit --pipeline-model-parallel-layout fixes the stages: Megatron derives VP as stages / PP, so a
+    # PP change would silently change the virtual-pipeline size too (and PP 1 would keep a multi-stage
+    # layout). Two levers in one change: the PP lever skips such recipes (their layout is hand-balanced).
+    if ctx.has("--pipeline-model-parallel-layout"):
+        return []
     out = []
     for value in (1, 2, 4, 8):
         if value == ctx.pp:

@@ -46,6 +46,32 @@ MODEL_FLAGS = (
     "--tokenizer-type", "--tokenizer-model", "--max-position-embeddings", "--moe-flex-dispatcher-backend",
     "--main-params-dtype", "--exp-avg-dtype", "--exp-avg-sq-dtype",
 )
+# Every argument ``parse`` reads (a lever none of whose flags is here is not modelled: the projection
+# cannot tell its alternatives apart). The projection reads no environment variable.
+READS = frozenset((
+    "--attention-backend", "--attention-dropout", "--bf16", "--context-parallel-size",
+    "--decoder-first-pipeline-num-layers", "--decoder-last-pipeline-num-layers", "--delay-wgrad-compute",
+    "--exp-avg-dtype", "--exp-avg-sq-dtype", "--expert-model-parallel-size", "--expert-tensor-parallel-size",
+    "--ffn-hidden-size", "--fine-grained-activation-offloading", "--fp16", "--fp4-format", "--fp8", "--fp8-format",
+    "--fp8-param-gather", "--global-batch-size", "--grad-reduce-in-bf16", "--group-query-attention",
+    "--hidden-dropout", "--hidden-size", "--kv-channels", "--kv-lora-rank", "--main-params-dtype",
+    "--make-vocab-size-divisible-by", "--max-position-embeddings", "--micro-batch-size", "--moe-ffn-hidden-size",
+    "--moe-flex-dispatcher-backend", "--moe-layer-freq", "--moe-router-topk",
+    "--moe-shared-expert-intermediate-size", "--moe-token-dispatcher-type", "--mtp-num-layers",
+    "--multi-latent-attention", "--normalization", "--num-attention-heads", "--num-experts", "--num-layers",
+    "--num-layers-per-virtual-pipeline-stage", "--num-query-groups", "--num-virtual-stages-per-pipeline-rank",
+    "--optimizer-cpu-offload", "--overlap-grad-reduce", "--overlap-moe-expert-parallel-comm", "--overlap-p2p-comm",
+    "--overlap-param-gather", "--pipeline-model-parallel-layout", "--pipeline-model-parallel-size",
+    "--position-embedding-type", "--q-lora-rank", "--qk-head-dim", "--qk-pos-emb-head-dim",
+    "--recompute-granularity", "--recompute-method", "--recompute-modules", "--recompute-num-layers",
+    "--seq-length", "--sequence-parallel", "--squared-relu", "--swiglu", "--tensor-model-parallel-size",
+    "--tokenizer-model", "--tokenizer-type", "--tp-comm-overlap", "--untie-embeddings-and-output-weights",
+    "--use-custom-fsdp", "--use-distributed-optimizer", "--use-megatron-fsdp", "--use-precision-aware-optimizer",
+    "--use-torch-fsdp2", "--v-head-dim", "--virtual-pipeline-model-parallel-size", "--vocab-size",
+    "--window-attn-skip-freq", "--window-size",
+))
+READS_ENV = frozenset()
+
 SELECTIVE_MODULES = ("core_attn", "moe_act", "layernorm", "mla_up_proj", "mlp", "moe", "shared_experts")
 
 
@@ -279,13 +305,11 @@ def parse(args: Mapping, gpus: int, gpu_name: str, gpus_per_node: int) -> Job:
         if value <= 0:
             raise ConfigError("positive: %s=%d must be positive" % (name, value))
 
-    # The layout rules legality.py already has; layer-count rules are replaced by the layout's own
-    # when a custom layout or uneven first/last stages are given.
+    # The layout rules legality.py already has (the layer split included: it reads a custom layout and
+    # uneven first/last stages the way Megatron-LM does).
     layout_text = args.get("--pipeline-model-parallel-layout")
-    uneven = "--decoder-first-pipeline-num-layers" in args or "--decoder-last-pipeline-num-layers" in args
-    checked = {k: v for k, v in args.items() if not (layout_text or uneven) or k != "--num-layers"}
     hard, soft = [], []
-    for violation in legality.check(checked, {}, gpus, gpu_name, trusted=MODEL_FLAGS):
+    for violation in legality.check(args, {}, gpus, gpu_name, trusted=MODEL_FLAGS):
         if violation.rule not in _ENV_RULES:
             (soft if violation.rule in _SOFT_RULES else hard).append(violation)
     warnings.extend(str(v) for v in soft)

@@ -73,3 +73,28 @@ def test_misspelled_flags_are_refused_unless_trusted():
     assert "looks like a misspelling of --overlap-grad-reduce" in str(found[0])
     assert check(dict(BASE, **{"--overlap-grad-reduc": True}), ENV, 16, trusted=["--overlap-grad-reduc"]) == []
     assert check(dict(BASE, **{"--data-path": "/x", "--my-own-flag": "1"}), ENV, 16) == []  # far from any known
+
+
+def test_layer_split_follows_an_explicit_layout_or_uneven_stages():
+    """Megatron-LM's validate_args: a custom --pipeline-model-parallel-layout (or uneven first/last stages)
+    sets the layer split, so --num-layers need not divide by PP; the layout itself must fit PP and the layers."""
+    base = dict(BASE, **{"--num-layers": "61", "--pipeline-model-parallel-size": "2",
+                         "--tensor-model-parallel-size": "1"})
+    base.pop("--sequence-parallel", None)
+
+    def found(**extra):
+        return [v.rule for v in check(dict(base, **extra), {}, 16)]
+
+    assert found() == ["layers-per-stage"]  # 61 layers over PP 2, no layout
+    layout = {"--pipeline-model-parallel-layout": "Et*15|t*16|t*15|t*15L"}  # 61 layers, 4 stages: VP 2 at PP 2
+    assert found(**layout) == []
+    assert found(**{"--pipeline-model-parallel-layout": "Et*15|t*16|t*15|t*14L"}) == ["pipeline-layout"]  # 60 layers
+    assert found(**{"--pipeline-model-parallel-layout": "Et*20|t*20|t*21L"}) == ["pipeline-layout"]  # 3 stages, PP 2
+    assert "virtual-pipeline" in found(**dict(layout, **{"--num-layers-per-virtual-pipeline-stage": "4"}))
+    assert found(**{"--decoder-first-pipeline-num-layers": "30"}) == []  # 31 left for the last stage
+    assert found(**{"--decoder-first-pipeline-num-layers": "30", "--pipeline-model-parallel-size": "4"}) == [
+        "layers-per-stage"]  # 31 left over 3 stages
+    assert found(**{"--decoder-first-pipeline-num-layers": "61", "--pipeline-model-parallel-size": "1"}) == [
+        "uneven-pipeline"]
+    assert "virtual-pipeline" in found(**{"--decoder-first-pipeline-num-layers": "30",
+                                          "--num-layers-per-virtual-pipeline-stage": "1"})

@@ -173,8 +173,11 @@ def test_a_winner_is_gated_then_confirmed_and_a_failed_gate_never_confirmed():
 def test_exploration_takes_the_largest_predicted_gain_that_fits_one_change_at_a_time():
     s = state()
     found = policy.options(s)
-    assert found and all(opt.bound > s.band for opt in found)
+    minimum = policy.Config().min_probability
+    assert found and all(opt.probability >= minimum if opt.modelled else opt.bound > s.band for opt in found)
     modelled = [opt for opt in found if opt.modelled]
+    assert [opt.expected for opt in modelled] == sorted((opt.expected for opt in modelled), reverse=True)
+    # one error sd for every option of a recipe: the expected improvement orders them as the predicted gain does
     assert [opt.gain for opt in modelled] == sorted((opt.gain for opt in modelled), reverse=True)
     assert all(s.predictions[opt.alternative.key].fits for opt in found)
     action = policy.propose(s)
@@ -214,14 +217,14 @@ def test_the_budget_keeps_room_for_confirmation_and_leave_one_out_then_stops_wit
     everything = [policy.Tried(lever.id, alt.name, "r001", "r%03d" % (10 + n), "rejected", order=10 + n)
                   for n, (lever, alt) in enumerate((lever, alt) for lever in s.levers for alt in lever.alternatives)]
     final = policy.propose(state(tried=everything))
-    assert final.kind == "stop" and "nothing left is predicted to clear the band" in final.reason
+    assert final.kind == "stop" and "nothing left has a meaningful chance to clear the band" in final.reason
     assert len(final.evidence) == policy.Config().recent_evidence + 1
 
 
 def test_unmodelled_levers_need_a_diagnosed_share_and_seeds_only_break_ties():
     s = state()
     unmodelled = [opt for opt in policy.options(s) if not opt.modelled]
-    assert unmodelled and all(opt.bound > s.band for opt in unmodelled)
+    assert unmodelled and all(opt.bound > s.band and opt.probability is None for opt in unmodelled)
     assert {opt.lever.id for opt in unmodelled} <= {"nccl-cta-policy", "nccl-p2p-chunksize", "ddp-bucket-size"}
     tie = [policy.Option(lever, alt, 0.02, 0.08, False, 0.08) for lever in s.levers for alt in lever.alternatives
            if lever.id == "nvls"]
@@ -348,3 +351,138 @@ def test_walking_every_leader_of_the_pool_to_its_stop_proposes_only_legal_single
                                         "rejected", loo=action.kind == "leave_one_out", order=100 + n))
         assert action.kind == "stop" and action.evidence
     assert proposed >= 20
+
+
+def test_the_pp_lever_leaves_an_explicit_layout_alone():
+    """With --pipeline-model-parallel-layout, Megatron derives VP as stages / PP: a PP change would change the
+    virtual pipeline too (and PP 1 would keep a multi-stage layout), so the PP lever skips such recipes."""
+    text = recipes()["llama"].replace("--num-layers-per-virtual-pipeline-stage 2",
+                                      "--pipeline-model-parallel-layout \"Et*2|(t*2|)*38t*2L\"")
+    assert "--pipeline-model-parallel-layout" in text
+    levers = space.space(text, text)
+    ids = {lever.id: lever for lever in levers}
+    assert "pipeline-parallel-size" not in ids or not ids["pipeline-parallel-size"].alternatives
+    for lever in levers:  # nothing else carries a layout to a different PP or adds a second VP flag
+        for alt in lever.alternatives:
+            args = space.apply(text, alt).args()
+            assert args.get("--pipeline-model-parallel-size") == "8", alt
+            assert "--num-layers-per-virtual-pipeline-stage" not in args, alt
+    plain = {lever.id: lever for lever in space.space(recipes()["llama"], recipes()["llama"])}
+    assert plain["pipeline-parallel-size"].alternatives  # without a layout PP is a lever as before
+
+
+def test_a_kept_change_is_never_reversed_by_an_option():
+    """(c) Once a change is kept, no alternative of its lever returns the lever to the value the lineage moved
+    away from (the reverse of NCCL_P2P_NET_CHUNKSIZE=2097152 is its unset)."""
+    base = recipes()["llama"]
+    levers, _lead, _pred = levers_of(base, base)
+    alt = next(a for lever in levers if lever.id == "nccl-p2p-chunksize" for a in lever.alternatives)
+    child = space.apply(base, alt).render()
+    undo = space.leave_one_out(child, base, child, alt.lever, "undo:" + alt.name, base)
+    assert undo is not None
+    kept = policy.Change(alt.lever, alt.name, "r004", undo)
+    child_levers, _l, _p = levers_of(child, base)
+    reverse = [a.key for lever in child_levers if lever.id == alt.lever for a in lever.alternatives
+               if a.child.env().get("NCCL_P2P_NET_CHUNKSIZE") is None]
+    assert reverse  # the space offers the unset against the new leader...
+    s = state(child, lineage=[kept])
+    s.levers, s.leader_prediction, s.predictions = list(child_levers), _l, dict(_p)
+    assert not set(reverse) & {opt.alternative.key for opt in policy.options(s)}  # ...the policy never does
+    without = state(child)
+    without.levers, without.leader_prediction, without.predictions = list(child_levers), _l, dict(_p)
+    assert set(reverse) & {opt.alternative.key for opt in policy.options(without)}  # (no lineage: it would)
+
+
+def test_modelled_means_the_projection_reads_the_levers_flags():
+    """(d) Modelled-ness is whether the projection reads the lever's flags (projection.config.READS), not whether
+    its prediction differs: selective recompute of the MLP on Qwen3-30B is predicted equal and still modelled;
+    an environment lever is never modelled."""
+    from projection.config import READS, READS_ENV
+    text = recipes()["qwen"]
+    s = state(text)
+    lead = s.leader_prediction
+    seen_equal = False
+    for lever in s.levers:
+        for alt in lever.alternatives:
+            pred = s.predictions[alt.key]
+            own = alt.names() & set(lever.flags)
+            reads = any(n in READS if n.startswith("--") else n in READS_ENV for n in own)
+            assert policy._modelled(s, lever, alt, pred) == (reads and pred.ok)
+            if reads and pred.ok and pred.tokens_per_s_per_gpu == lead.tokens_per_s_per_gpu:
+                seen_equal = True
+    assert seen_equal
+    assert policy._modelled(s, next(l for l in s.levers if l.id == "selective-recompute"),
+                            next(a for l in s.levers if l.id == "selective-recompute" for a in l.alternatives
+                                 if a.name == "recompute=selective/mlp"),
+                            s.predictions[("selective-recompute", "recompute=selective/mlp")])
+
+
+def test_every_flag_the_projection_parses_is_declared_as_read():
+    import re
+    from projection import config
+    source = (SCRIPTS / "projection" / "config.py").read_text()
+    assert set(re.findall(r'"(--[a-z0-9-]+)"', source)) - {"--flag"} <= config.READS
+    assert "--ddp-bucket-size" not in config.READS and not config.READS_ENV
+
+
+def test_leave_one_out_skips_a_predicted_large_loss_and_is_priced_at_its_own_cost():
+    """(e) A removal the projection predicts to lose far more than the band is not run (the kept gain is already
+    measured); a removal is run only when the budget holds its own predicted cost (its projected step time)."""
+    s0 = state()
+    lead = s0.leader_prediction
+    undo = space.Alternative("full-recompute", "undo:recompute=full/block/1", (("--set", "recompute-method=uniform"),))
+
+    def change(factor_tokens, factor_step):
+        pred = dataclasses.replace(lead, tokens_per_s_per_gpu=lead.tokens_per_s_per_gpu * factor_tokens,
+                                   step_s=lead.step_s * factor_step)
+        return [policy.Change("full-recompute", "recompute=full/block/1", "r004", undo, predicted=pred),
+                policy.Change("tp-comm-overlap", "tp-comm-overlap=on", "r006", None)]
+
+    done = [policy.Tried(o.lever.id, o.alternative.name, "r001", "r%03d" % (30 + n), "rejected", order=30 + n)
+            for n, o in enumerate(policy.options(state()))]  # exploration over
+    close = policy.propose(state(lineage=change(0.99, 1.01), budget_left=2))
+    assert close.kind == "leave_one_out"
+    far = policy.propose(state(lineage=change(0.14, 7.0), budget_left=20, tried=done))  # predicted -86%
+    assert far.kind == "stop" and "predicted to lose far more than the band" in far.reason
+    assert not policy._loo_todo(state(lineage=change(0.14, 7.0)))
+    # the reserve for it is not kept either: with 2 runs left a candidate still fits
+    assert policy.propose(state(lineage=change(0.14, 7.0), budget_left=2)).kind == "candidate"
+    assert policy.propose(state(lineage=change(0.99, 1.01), budget_left=2.5)).kind == "leave_one_out"
+    # a removal predicted a little slower (inside the error) but twice the leader's step: it needs 2 runs' budget
+    slow = change(0.97, 2.0)
+    assert policy.propose(state(lineage=slow, budget_left=1.5, tried=done)).kind == "stop"
+    assert policy.propose(state(lineage=slow, budget_left=2.0, tried=done)).kind == "leave_one_out"
+
+
+def test_the_error_constants_are_the_projections_own():
+    """(f) Config's error medians are params.json's leave-one-out medians (dense vs MoE by --num-experts)."""
+    import statistics
+    from projection import api as proj_api, dataset
+    rows = {row.row_id: row for row in dataset.load(superseded=True)[0]}
+    table = proj_api.load_params()["loo"]["table"]
+    for moe, value in ((False, policy.Config().error_median_dense), (True, policy.Config().error_median_moe)):
+        mine = [abs(r["error_pct"]) / 100 for r in table if ("--num-experts" in rows[r["row_id"]].args) == moe]
+        assert abs(statistics.median(mine) - value) < 0.0006
+    sd = policy.lognormal_sd(0.043)
+    assert 0.06 < sd < 0.067 and abs(policy.lognormal_sd(0.246) - 0.371) < 0.005
+
+
+def test_exploration_follows_the_chance_to_clear_the_band_under_the_projections_error():
+    """(f) An option predicted a little inside (or below) the band is still worth a run while P(gain > band) >= 0.2
+    under the projection's error; ordered by expected improvement; exploration goes on while the budget holds,
+    and stops when no option has a meaningful probability left."""
+    sd = policy.lognormal_sd(0.043)
+    assert policy.probability_above(0.0, 0.01, sd) > 0.4  # predicted unchanged: a coin flip
+    assert policy.probability_above(-0.03, 0.01, sd) >= 0.2 > policy.probability_above(-0.06, 0.01, sd)
+    assert policy.expected_improvement(0.05, sd) > policy.expected_improvement(0.0, sd) > \
+        policy.expected_improvement(-0.05, sd) > 0
+    s = state()
+    found = policy.options(s)
+    inside = [opt for opt in found if opt.modelled and opt.gain <= s.band]
+    assert inside and all(opt.probability >= 0.2 for opt in inside)  # the old rule dropped these
+    everything = [policy.Tried(o.lever.id, o.alternative.name, "r001", "r%03d" % (40 + n), "rejected", order=40 + n)
+                  for n, o in enumerate(found)]
+    assert policy.propose(state(tried=everything)).kind == "stop"
+    moe = state(recipes()["qwen"])
+    assert policy.error_sd(moe) > 5 * policy.error_sd(s)
+    assert min(o.gain for o in policy.options(moe) if o.modelled) < -0.05  # a wide error explores more widely
