@@ -55,3 +55,14 @@ def test_no_empty_files_committed():
     for path in (REPO / "skill").rglob("*"):
         if path.is_file() and "__pycache__" not in path.parts:
             assert path.stat().st_size > 0, path
+
+
+def test_past_tuning_projects_follow_their_format_and_say_when_they_are_simulated():
+    import json
+    folder = REPO / "skill" / "past_tuning_projects"
+    for path in sorted(folder.glob("*.json")):
+        data = json.loads(path.read_text())
+        assert data["schema_version"] == 1 and {"campaign", "model", "cluster", "baseline", "shipped", "kept",
+                                                "rejected", "gpu_hours_spent", "simulated"} <= set(data), path.name
+        assert data["simulated"] == path.stem.endswith("-simulated"), path.name
+        assert all(item["simulated"] == data["simulated"] for item in data["kept"] + data["rejected"]), path.name
