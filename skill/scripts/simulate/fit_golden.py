@@ -4,7 +4,8 @@ Usage::
 
     python3 skill/scripts/simulate/fit_golden.py [GOLDEN_DIR] [--json]
 
-``GOLDEN_DIR`` (default ``/work/shared/data/megatron_golden``) holds the ``dev_dgx_gb200`` developer set
+``GOLDEN_DIR`` (default ``$ATTUNE_CORPUS_DIR/megatron_golden``, ``ATTUNE_CORPUS_DIR`` defaulting to
+``../shared/data`` beside the repository; the curves are read in place, never copied) holds the ``dev_dgx_gb200`` developer set
 of Megatron-LM's functional-test golden values (its ``SOURCE.md`` describes them): per case, ``lm loss``
 and ``iteration-time`` per step with the exact flags. This script prints every number the simulator
 uses (``model.FIT`` holds a copy; ``tests/test_simulate.py`` checks the two agree when the data is
@@ -32,6 +33,7 @@ import json
 import math
 import statistics
 import sys
+import os
 from pathlib import Path
 
 if __package__ in (None, ""):  # run as a file: make the package importable
@@ -42,7 +44,8 @@ import numpy as np  # noqa: E402
 from correctness import convergence  # noqa: E402
 from correctness.rules import Rules  # noqa: E402
 
-DEFAULT_DIR = Path("/work/shared/data/megatron_golden")
+DEFAULT_DIR = Path(os.environ.get("ATTUNE_CORPUS_DIR") or Path(__file__).resolve().parents[3].parent / "shared" / "data") \
+    / "megatron_golden"
 GPT2_VOCAB = 50257  # the golden cases' GPT-2 BPE vocabulary
 STEADY = (5, 20)  # steps whose median is a case's steady step time
 WINDOW = 20  # the gate's window: steps 1-20

@@ -17,7 +17,7 @@ import math
 import random
 from typing import Mapping, Optional
 
-# From `python3 skill/scripts/simulate/fit_golden.py /work/shared/data/megatron_golden` (rounded as printed).
+# From `python3 skill/scripts/simulate/fit_golden.py $ATTUNE_CORPUS_DIR/megatron_golden` (rounded as printed).
 FIT = {
     "step_time": {
         # the first logged iteration's excess over the steady step (seconds; lognormal): 50 cases on 8 GPUs

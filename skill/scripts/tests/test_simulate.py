@@ -29,7 +29,7 @@ from simulate import sim_megatron as sim
 SIM = SCRIPTS / "simulate" / "sim_megatron.py"
 RECIPES = SCRIPTS / "simulate" / "recipes"
 LLAMA = RECIPES / "llama3_70b_h100x64.yaml"
-GOLDEN = Path("/work/shared/data/megatron_golden")
+GOLDEN = fit_golden.DEFAULT_DIR  # $ATTUNE_CORPUS_DIR/megatron_golden, default ../shared/data beside the repository
 RULES = Rules()
 NO_RECOMPUTE = [{"op": "unset", "arg": flag} for flag in
                 ("--recompute-granularity", "--recompute-method", "--recompute-num-layers")]
@@ -191,7 +191,7 @@ def test_the_run_offset_has_the_documented_spread():
     assert abs(statistics.mean(offsets)) < 0.003
 
 
-@pytest.mark.skipif(not (GOLDEN / "index.json").is_file(), reason="the golden curves are not on this machine")
+@pytest.mark.skipif(not (GOLDEN / "index.json").is_file(), reason="the real-artifact corpus is absent: no golden curves at %s (set ATTUNE_CORPUS_DIR)" % GOLDEN)
 def test_the_fitted_numbers_are_the_ones_the_model_uses():
     fitted = fit_golden.fit(GOLDEN)
     step, want = fitted["step_time"], model.FIT["step_time"]

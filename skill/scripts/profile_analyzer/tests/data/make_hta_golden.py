@@ -3,10 +3,10 @@
 
 Regenerate the files (from the repository root)::
 
-    python3 -m venv /work/hta-venv
-    /work/hta-venv/bin/pip install --no-deps HolisticTraceAnalysis==0.5.0
-    /work/hta-venv/bin/pip install pandas numpy networkx plotly pydot psutil PyYAML ijson
-    /work/hta-venv/bin/python skill/scripts/profile_analyzer/tests/data/make_hta_golden.py
+    python3 -m venv /tmp/hta-venv
+    /tmp/hta-venv/bin/pip install --no-deps HolisticTraceAnalysis==0.5.0
+    /tmp/hta-venv/bin/pip install pandas numpy networkx plotly pydot psutil PyYAML ijson
+    /tmp/hta-venv/bin/python skill/scripts/profile_analyzer/tests/data/make_hta_golden.py
 
 This is a developer tool, not a test: HTA is NOT a dependency of the analyzer and
 must never be imported by it or by the test suite.  The tests only read the JSON
