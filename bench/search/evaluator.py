@@ -9,7 +9,7 @@ measures and costs. The methods see only ``Evaluator.launch``'s ``Run``; the hid
 ``sd_t`` comes from the projection's own leave-one-out error (``projection/params.json``, ``loo.table``):
 the median absolute relative error ``m`` of the dense rows (MoE rows for an MoE workload) is converted to
 the lognormal sd for which the median of ``|exp(sd Z) - 1|`` is ``m``: Phi(ln(1+m)/sd) - Phi(ln(1-m)/sd) = 1/2
-(``sd_from_median_abs``; for small ``m`` this is ``ln(1+m)/0.6745``). With ``spread="within"`` the sd is
+(``planner.policy.lognormal_sd``; for small ``m`` this is ``ln(1+m)/0.6745``). With ``spread="within"`` the sd is
 instead the spread of the LOO log errors around their (model, GPU) group means (the part of the error that
 differs between configurations of one model on one GPU), a sensitivity variant. ``sd_m`` is a stated 5%
 (memory is uncalibrated: no usable row publishes peak memory).
@@ -51,6 +51,7 @@ from attune_core import workload as workload_mod  # noqa: E402
 from attune_core.measure import score_run  # noqa: E402
 from attune_core.recipe import Recipe  # noqa: E402
 from planner import space as space_mod  # noqa: E402
+from planner.policy import lognormal_sd  # noqa: E402
 from simulate import model as sim_model  # noqa: E402
 from simulate.sim_megatron import STARTUP_S  # noqa: E402
 
@@ -58,23 +59,6 @@ STEPS = 20
 MEMORY_SD = 0.05
 TRUTH_KEYS = ("config", "projected")
 SPREADS = ("loo", "within")
-
-
-def _phi(x: float) -> float:
-    return 0.5 * (1.0 + math.erf(x / math.sqrt(2.0)))
-
-
-def sd_from_median_abs(m: float) -> float:
-    """The lognormal sd whose ``|exp(sd Z) - 1|`` has median ``m`` (bisection)."""
-    lo, hi = 1e-6, 5.0
-    for _ in range(200):
-        mid = (lo + hi) / 2
-        inside = _phi(math.log(1 + m) / mid) - _phi(math.log(1 - m) / mid)
-        if inside > 0.5:
-            lo = mid
-        else:
-            hi = mid
-    return (lo + hi) / 2
 
 
 @functools.lru_cache(maxsize=1)
@@ -98,7 +82,7 @@ def error_stats() -> dict:
                 mean = sum(values) / len(values)
                 squares += sum((v - mean) ** 2 for v in values)
                 dof += len(values) - 1
-        out[kind] = {"rows": len(mine), "median_abs": median_abs, "sd_loo": sd_from_median_abs(median_abs),
+        out[kind] = {"rows": len(mine), "median_abs": median_abs, "sd_loo": lognormal_sd(median_abs),
                      "sd_within": math.sqrt(squares / dof) if dof else float("nan"), "within_dof": dof,
                      "within_groups": sum(1 for v in groups.values() if len(v) >= 2)}
     out["fit_date"] = params.get("fit_date")
