@@ -9,11 +9,41 @@ from __future__ import annotations
 import datetime
 import hashlib
 import random
+import time
 from pathlib import Path
 
 from attune_core import campaign as campaign_mod
 from attune_core import settings as settings_mod
 from attune_core.measure import encode_float
+
+def local_campaign(tmp_path, recipe_text: str, prefix: str, campaign_id: str):
+    """Yield ``(campaign, settings)``: a campaign on the local backend whose baseline is ``recipe_text`` and whose
+    budget is 20 runs; every run it launched is torn down afterwards (for a fixture: ``yield from``)."""
+    from attune_core import runs
+    baseline = Path(tmp_path) / "baseline.yaml"
+    baseline.write_text(recipe_text)
+    made_settings = settings(ATTUNE_BASELINE_YAML=str(baseline), ATTUNE_RUN_PREFIX=prefix, AUTOTUNE_GPUH_BUDGET="",
+                             AUTOTUNE_BUDGET="20")
+    made = campaign_mod.init(Path(tmp_path) / "c", made_settings, campaign_id)
+    yield made, made_settings
+    for run_dir in (made.dir / "runs").glob("*") if (made.dir / "runs").exists() else []:
+        try:
+            runs.backends.get("local").teardown(run_dir, grace_s=1.0)
+        except Exception:
+            pass
+
+
+def wait(campaign, made_settings, run, states, timeout=60.0):
+    """Poll ``run`` until its state is one of ``states``; fail the test after ``timeout`` seconds."""
+    from attune_core import runs
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        status = runs.poll(campaign, made_settings, run)
+        if status.state in states:
+            return status
+        time.sleep(0.1)
+    raise AssertionError("run %s did not reach %s: %s" % (run, states, runs.poll(campaign, made_settings, run)))
+
 
 BASE_ENV = {
     "ATTUNE_RUN_PREFIX": "test-fixture-",

@@ -10,7 +10,7 @@ import time
 
 import pytest
 from conftest import DATA
-from factory import settings as make_settings
+from factory import local_campaign, settings as make_settings, wait as factory_wait
 
 from attune_core import campaign as campaign_mod
 from attune_core import cli, ranking, runs
@@ -21,27 +21,12 @@ RECIPE = (DATA / "recipes" / "local_fake_megatron.yaml").read_text()
 
 @pytest.fixture
 def campaign(tmp_path):
-    baseline = tmp_path / "baseline.yaml"
-    baseline.write_text(RECIPE.format(python=sys.executable, script=DATA / "fake_megatron.py"))
-    settings = make_settings(ATTUNE_BASELINE_YAML=str(baseline), ATTUNE_RUN_PREFIX="loc-",
-                             AUTOTUNE_GPUH_BUDGET="", AUTOTUNE_BUDGET="20")
-    made = campaign_mod.init(tmp_path / "c", settings, "loc-test")
-    yield made, settings
-    for run_dir in (made.dir / "runs").glob("*") if (made.dir / "runs").exists() else []:
-        try:
-            runs.backends.get("local").teardown(run_dir, grace_s=1.0)
-        except Exception:
-            pass
+    yield from local_campaign(tmp_path, RECIPE.format(python=sys.executable, script=DATA / "fake_megatron.py"),
+                              "loc-", "loc-test")
 
 
 def wait(campaign, settings, run, states, timeout=30.0):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        status = runs.poll(campaign, settings, run)
-        if status.state in states:
-            return status
-        time.sleep(0.1)
-    raise AssertionError("run %s did not reach %s: %s" % (run, states, runs.poll(campaign, settings, run)))
+    return factory_wait(campaign, settings, run, states, timeout)
 
 
 def candidate(campaign, mode):

@@ -5,13 +5,11 @@ from __future__ import annotations
 
 import json
 import sys
-import time
 
 import pytest
 from conftest import SCRIPTS
-from factory import settings as make_settings
+from factory import local_campaign, wait
 
-from attune_core import campaign as campaign_mod
 from attune_core import cli, runs
 
 LLAMA = SCRIPTS / "simulate" / "recipes" / "llama3_70b_h100x64.yaml"
@@ -21,17 +19,9 @@ NO_RECOMPUTE = ["--unset", "recompute-granularity", "--unset", "recompute-method
 
 @pytest.fixture
 def sim(tmp_path):
-    baseline = tmp_path / "baseline.yaml"
-    baseline.write_text(LLAMA.read_text().format(python=sys.executable, sim=SIM))
-    settings = make_settings(ATTUNE_BASELINE_YAML=str(baseline), ATTUNE_RUN_PREFIX="sim-", AUTOTUNE_GPUH_BUDGET="",
-                             AUTOTUNE_BUDGET="20")
-    made = campaign_mod.init(tmp_path / "c", settings, "sim-projection")
-    yield made, settings, baseline
-    for run_dir in (made.dir / "runs").glob("*") if (made.dir / "runs").exists() else []:
-        try:
-            runs.backends.get("local").teardown(run_dir, grace_s=1.0)
-        except Exception:
-            pass
+    for campaign, settings in local_campaign(tmp_path, LLAMA.read_text().format(python=sys.executable, sim=SIM),
+                                             "sim-", "sim-projection"):
+        yield campaign, settings, tmp_path / "baseline.yaml"
 
 
 def main(*argv):
@@ -70,10 +60,7 @@ def test_results_compare_the_projection_with_what_runs_measured(sim):
     campaign, settings, _baseline = sim
     row = runs.launch(campaign, settings, baseline=True)
     assert row["projection"]["hardware"] == "H100" and row["projection"]["fits"]
-    deadline = time.time() + 60
-    while runs.poll(campaign, settings, row["run"]).state != "succeeded":
-        assert time.time() < deadline, runs.poll(campaign, settings, row["run"])
-        time.sleep(0.1)
+    wait(campaign, settings, row["run"], ("succeeded",))
     runs.finalize(campaign, settings, row["run"])
     charge = [r for r in campaign.gpu_log.rows() if r["run"] == row["run"]][0]
     log = (campaign.run_dir(row["run"]) / "log.txt").read_text()

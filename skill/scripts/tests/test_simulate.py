@@ -15,9 +15,8 @@ from pathlib import Path
 
 import pytest
 from conftest import SCRIPTS
-from factory import settings as make_settings
+from factory import local_campaign, wait
 
-from attune_core import campaign as campaign_mod
 from attune_core import cli, legality, logparse, ranking, runs, triage, workload
 from attune_core.recipe import Recipe
 from correctness import gate
@@ -299,27 +298,7 @@ def test_a_deterministic_setup_reproduces_the_loss_bitwise(tmp_path):
 
 @pytest.fixture
 def sim_campaign(tmp_path):
-    baseline = tmp_path / "baseline.yaml"
-    baseline.write_text(LLAMA.read_text().format(python=sys.executable, sim=SIM))
-    settings = make_settings(ATTUNE_BASELINE_YAML=str(baseline), ATTUNE_RUN_PREFIX="sim-", AUTOTUNE_GPUH_BUDGET="",
-                             AUTOTUNE_BUDGET="20")
-    made = campaign_mod.init(tmp_path / "c", settings, "sim-test")
-    yield made, settings
-    for run_dir_ in (made.dir / "runs").glob("*") if (made.dir / "runs").exists() else []:
-        try:
-            runs.backends.get("local").teardown(run_dir_, grace_s=1.0)
-        except Exception:
-            pass
-
-
-def wait(campaign, settings, run, states, timeout=60.0):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        status = runs.poll(campaign, settings, run)
-        if status.state in states:
-            return status
-        time.sleep(0.1)
-    raise AssertionError("run %s did not reach %s: %s" % (run, states, runs.poll(campaign, settings, run)))
+    yield from local_campaign(tmp_path, LLAMA.read_text().format(python=sys.executable, sim=SIM), "sim-", "sim-test")
 
 
 def test_a_campaign_scores_the_projected_throughput(sim_campaign, tmp_path):
