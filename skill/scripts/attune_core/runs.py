@@ -117,6 +117,12 @@ def launch(campaign: Campaign, settings, run: str = None, baseline: bool = False
         except InputError:
             projection = None
     submitted = podhooks.wrap(recipe, hooks, settings, run, campaign.run_dir(run))
+    # the job knows which run it is (the simulated workload's `ATTUNE_SIM_SEED: auto` is this id); not in the
+    # recipe the ledger hashes, so two runs of one recipe stay one recipe
+    try:
+        submitted = submitted.apply([{"op": "set", "env": "ATTUNE_RUN_ID", "value": run}])
+    except InputError:  # a recipe with no runtimeEnvYAML env_vars to hold it runs without it
+        pass
     if rows:  # the job checks the rows it reads itself too (data/MEGATRON.md)
         submitted = submitted.apply([{"op": "set", "env": "ATTUNE_ROWS_PATH", "value": settings.rows_path},
                                      {"op": "set", "env": "ATTUNE_ROWS_SHA256", "value": rows}])

@@ -67,7 +67,7 @@ class Inputs:
     hardware: str
     gpus: int
     gpus_per_node: Optional[int]
-    seed: str  # the run's identity: an integer, or "auto:<where it ran>"
+    seed: str  # the run's identity: an integer, "auto:run=<run id>" in a campaign, else "auto:<where it ran>"
     fault: str
     fault_step: int
     speed_s: float
@@ -95,8 +95,9 @@ def read_inputs(env: dict) -> Inputs:
                          "ATTUNE_SIM_HARDWARE in the recipe's env_vars")
     gpus = _int(env, "ATTUNE_SIM_GPUS", None) or _int(env, "WORLD_SIZE", None) or 8
     seed = (env.get("ATTUNE_SIM_SEED") or "0").strip()
-    if seed == "auto":
-        seed = "auto:%s@%s" % (os.getcwd(), socket.gethostname())
+    if seed == "auto":  # the run's id, which `attune launch` gives every job; by hand, where it runs
+        run = (env.get("ATTUNE_RUN_ID") or "").strip()
+        seed = "auto:run=%s" % run if run else "auto:%s@%s" % (os.getcwd(), socket.gethostname())
     elif not seed.lstrip("-").isdigit():
         raise UsageError("ATTUNE_SIM_SEED=%r is neither an integer nor `auto`. Fix: give e.g. 0, 1, ... or auto" % seed)
     fault, _, at = (env.get("ATTUNE_SIM_FAULT") or "none").strip().partition("@")
