@@ -3,22 +3,28 @@
 #   [--session ID] [--prepare] [--config config.env]
 # The demo: harness/launch_campaign.sh --demo [campaign_dir] [--demo-model llama3-70b|qwen3-30b-a3b]
 #   (a whole SIMULATED campaign on this machine; installs what it needs into .venv first).
+# Python: $ATTUNE_PYTHON, else this checkout's .venv when it has what the launcher needs, else python3.
 # Exit codes: 0 finished (budget spent or stop recorded, report written); 1 agent failure (resumable);
 # 2 bad settings or usage; 3 integrity violation (live runs torn down).
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 REPO="$(dirname "$HERE")"
-PYTHON="${ATTUNE_PYTHON:-python3}"
 NEEDS="import yaml, numpy, kubernetes, orjson, matplotlib"
 
-if [ "${1:-}" = "--demo" ] && [ -z "${ATTUNE_PYTHON:-}" ]; then
-  if [ -x "$REPO/.venv/bin/python" ] && "$REPO/.venv/bin/python" -c "$NEEDS" 2>/dev/null; then
-    PYTHON="$REPO/.venv/bin/python"
-  elif ! "$PYTHON" -c "$NEEDS" 2>/dev/null; then
-    echo "launch_campaign: installing what the demo needs into $REPO/.venv (once) ..." >&2
-    [ -x "$REPO/.venv/bin/python" ] || python3 -m venv "$REPO/.venv"
-    "$REPO/.venv/bin/pip" install -q --disable-pip-version-check -e "$REPO[plot]" >&2
-    PYTHON="$REPO/.venv/bin/python"
-  fi
+if [ -n "${ATTUNE_PYTHON:-}" ]; then
+  PYTHON="$ATTUNE_PYTHON"
+elif [ -x "$REPO/.venv/bin/python" ] && "$REPO/.venv/bin/python" -c "$NEEDS" 2>/dev/null; then
+  PYTHON="$REPO/.venv/bin/python"
+elif python3 -c "$NEEDS" 2>/dev/null; then
+  PYTHON=python3
+elif [ "${1:-}" = "--demo" ]; then
+  echo "launch_campaign: installing what the demo needs into $REPO/.venv (once) ..." >&2
+  [ -x "$REPO/.venv/bin/python" ] || python3 -m venv "$REPO/.venv"
+  "$REPO/.venv/bin/pip" install -q --disable-pip-version-check -e "$REPO[plot]" >&2
+  PYTHON="$REPO/.venv/bin/python"
+else
+  echo "launch_campaign: neither $REPO/.venv nor python3 has what the launcher needs ($NEEDS). Fix:" \
+       "python3 -m venv $REPO/.venv && $REPO/.venv/bin/pip install -e '$REPO[plot]', or set ATTUNE_PYTHON" >&2
+  exit 2
 fi
 exec "$PYTHON" "$HERE/launcher.py" "$@"

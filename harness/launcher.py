@@ -213,6 +213,9 @@ def run_agent(directory: Path, settings, prompt_file: Path, session: str = None,
     prompt = prompt_file.read_text(encoding="utf-8")
     new_session = None if session else str(uuid.uuid4())
     argv = agent_command(settings, prompt, session, extra, directory, new_session)
+    print("launch_campaign: session %s %s; if it stops before the campaign is over, resume it with: %s"
+          % (session or new_session, "resumed" if session else "started",
+             resume_command(directory, session or new_session)), file=sys.stderr)
     # no bytecode caches written into the read-only tool copies (the integrity record holds their sources)
     env = dict(os.environ, ATTUNE_CAMPAIGN_DIR=str(directory), ATTUNE_PROMPT_FILE=str(prompt_file),
                ATTUNE_SESSION_ID=session or new_session, PYTHONDONTWRITEBYTECODE="1")
@@ -259,12 +262,16 @@ def launch(directory: Path, goal_prompt: Path = None, session: str = None, prepa
            config=None, agent_cmd: str = None) -> int:
     directory = directory.resolve()
     first = not (directory / campaign_files.SETTINGS).exists()
+    if first and session:
+        raise InputError("%s: no campaign here (no %s), so there is no session %s to resume. Fix: give the directory "
+                         "the campaign runs in, or start a campaign there without --session"
+                         % (directory, campaign_files.SETTINGS, session))
+    # a later launch (a resume, or the start after --prepare) reads the campaign's frozen settings only
     settings = settings_mod.for_campaign(directory, config_file=config)
     if not first:
-        fresh = settings_mod.load(None, config)
-        if fresh.render_env() != settings.render_env():
-            print("launch_campaign: warning: the environment's settings differ from the campaign's; the campaign "
-                  "keeps the settings it started with (%s)" % (directory / campaign_files.SETTINGS), file=sys.stderr)
+        for line in settings_mod.differences(settings, os.environ, config):
+            print("launch_campaign: warning: %s; the campaign keeps the settings it started with (%s)"
+                  % (line, directory / campaign_files.SETTINGS), file=sys.stderr)
         problems = integrity.verify(str(directory))
         if problems:
             return _violation_exit(directory, settings, problems)
@@ -301,7 +308,8 @@ def launch(directory: Path, goal_prompt: Path = None, session: str = None, prepa
             return _violation_exit(directory, settings, problems)
         campaign.append("session", **end)
         if _over(directory, settings_map):
-            print("campaign: %s\nfinished: yes\nsession: %s" % (campaign.id, info["session"]))
+            print("campaign: %s\nfinished: yes\nsession: %s\nresume: %s"
+                  % (campaign.id, info["session"], resume_command(directory, info["session"])))
             return EXIT_OK
         if settings.agent == "planner" and not agent_cmd:
             # The planner calls no hooks: the Stop hook's rule is checked here, after it exits, and a planner that
@@ -320,10 +328,16 @@ def launch(directory: Path, goal_prompt: Path = None, session: str = None, prepa
             print("launch_campaign: the session ended without finishing (Stop-hook block cap); resuming %s (%d of %d)"
                   % (session, resumes, MAX_CAP_RESUMES), file=sys.stderr)
             continue
-        print("launch_campaign: the agent ended (exit %s, %s) before the campaign finished. Resume with: "
-              "harness/launch_campaign.sh %s --session %s" % (info["exit_code"], info["end_reason"], directory,
-                                                               info["session"]), file=sys.stderr)
+        print("launch_campaign: the agent ended (exit %s, %s) before the campaign finished. Resume with: %s"
+              % (info["exit_code"], info["end_reason"], resume_command(directory, info["session"])), file=sys.stderr)
         return EXIT_CHECK_FAILED
+
+
+def resume_command(directory: Path, session: str) -> str:
+    """The command that resumes ``session`` of the campaign in ``directory``, runnable from anywhere as printed."""
+    import shlex
+
+    return " ".join(shlex.quote(str(word)) for word in (HERE / "launch_campaign.sh", directory, "--session", session))
 
 
 def demo(directory: Path, model: str, budget_gpuh: float = None) -> int:

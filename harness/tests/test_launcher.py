@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import stat
 import subprocess
 import sys
@@ -155,3 +156,39 @@ def test_the_rows_digest_is_checked_at_every_launch(tmp_path):
     assert launch(directory, env, "--prepare")[0] == 0
     notes = [row["text"] for row in campaign_mod.Campaign(directory).ledger.rows() if row["kind"] == "note"]
     assert notes == ["rows_sha256 checked at launch: %s (%s)" % (digest, tmp_path / "rows.parquet")]
+
+
+def bare(env) -> dict:
+    """The caller's environment with no setting in it: what a user's new shell holds when they resume."""
+    return {k: v for k, v in env.items() if k == "ATTUNE_PYTHON" or not k.startswith(("ATTUNE_", "AUTOTUNE_"))}
+
+
+def test_the_start_after_prepare_and_a_resume_read_the_campaigns_settings(tmp_path):
+    directory, env = setup(tmp_path)
+    assert launch(directory, env, "--prepare")[0] == 0
+    # a new shell: no setting in the environment; the campaign's frozen copy is the one source
+    code, out, err = launch(directory, bare(env), "--agent-command", "echo $ATTUNE_SESSION_ID > notes.md; exit 1")
+    assert code == 1, err
+    assert "missing" not in err and "warning" not in err
+    session = (directory / "notes.md").read_text().strip()
+    printed = err.split("Resume with: ", 1)[1].splitlines()[0]
+    assert printed.split()[0] == str(LAUNCHER) and printed.split()[-2:] == ["--session", session]
+    # the resume command, run exactly as printed, from another directory, with other settings in the environment
+    other = dict(env, AUTOTUNE_BUDGET="7", ATTUNE_RUN_PREFIX="t-")
+    proc = subprocess.run(printed + " --agent-command " + shlex.quote(
+        "test \"$ATTUNE_SESSION_ID\" = %s && %s" % (session, whole_campaign(directory))), shell=True,
+        cwd=str(tmp_path), env=other, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=300)
+    err = proc.stderr.decode()
+    assert proc.returncode == 0, err
+    warnings = [line for line in err.splitlines() if "warning" in line]
+    assert len(warnings) == 1 and "AUTOTUNE_BUDGET: '7' here, '20' in the campaign" in warnings[0], err
+    assert settings_mod.for_campaign(directory).as_env()["AUTOTUNE_BUDGET"] == "20"
+    sessions = [json.loads(line) for line in (directory / ".attune" / "sessions.jsonl").read_text().splitlines()]
+    assert [s["session"] for s in sessions] == [session, session]
+
+
+def test_a_resume_where_no_campaign_is_says_so(tmp_path):
+    directory, env = setup(tmp_path)
+    code, out, err = launch(directory, bare(env), "--session", "abc")
+    assert code == 2 and "no campaign here" in err and len(err.strip().splitlines()) == 1, err
+    assert not directory.exists() or not any(directory.iterdir())

@@ -47,6 +47,17 @@ def launch(directory, env, *args, fault=None):
     return proc.returncode, proc.stdout.decode(), proc.stderr.decode()
 
 
+def resume(err, env, fault=None):
+    """Run the resume command the launcher printed, exactly as printed, from a new shell holding no setting."""
+    printed = err.split("Resume with: ", 1)[1].splitlines()[0]
+    env = {k: v for k, v in env.items() if k == "ATTUNE_PYTHON" or not k.startswith(("ATTUNE_", "AUTOTUNE_"))}
+    if fault:
+        env["ATTUNE_PLANNER_FAULT"] = fault
+    proc = subprocess.run(printed, shell=True, env=env, cwd="/", stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          timeout=240)
+    return proc.returncode, proc.stdout.decode(), proc.stderr.decode()
+
+
 def attune(directory, *args):
     proc = subprocess.run([sys.executable, str(directory / ".attune" / "skill" / "scripts" / "attune.py")] +
                           list(args), cwd=str(directory), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -139,17 +150,18 @@ def test_a_killed_planner_resumes_without_launching_anything_twice(tmp_path):
     session = err.split("--session ")[-1].split()[0]
     orphan = json.loads((directory / "runs" / "p-r004" / "candidate.json").read_text())
     assert "p-r004" not in {r["run"] for r in ledger(directory) if r["kind"] == "launch"}
-    # 2. resumed: the written candidate is launched, not written again; killed with its confirmation in flight
-    code, out, err = launch(directory, env, "--session", session, fault="after-launch:2")
+    # 2. resumed with the command it printed: the written candidate is launched, not written again; killed with its
+    #    confirmation in flight
+    code, out, err = resume(err, env, fault="after-launch:2")
     assert code == 1, err[-3000:]
-    assert "planner: resume run=p-r004" in err
+    assert "planner: resume run=p-r004" in err and "missing" not in err and "warning" not in err
     launches = {r["run"]: r for r in ledger(directory) if r["kind"] == "launch"}
     assert launches["p-r004"]["change"] == orphan["change"]
     confirm = next(run for run, r in launches.items() if r["purpose"] == "confirm")
     assert confirm not in {r["run"] for r in ledger(directory) if r["kind"] == "result"}, "killed with it in flight"
     # 3. resumed again: the run in flight is finalized first; this session ends early (exit 0, unfinished) and
     #    the launcher's stop-rule check resumes it until the campaign is over
-    code, out, err = launch(directory, env, "--session", session, fault="exit-after-launch:2")
+    code, out, err = resume(err, env, fault="exit-after-launch:2")
     assert code == 0, err[-4000:]
     assert "finished: yes" in out
     assert "planner: follow run=%s" % confirm in err

@@ -165,19 +165,7 @@ class Settings:
 
     def as_env(self) -> dict:
         """The settings as ``{ENV_NAME: text}``, the inverse of ``load``."""
-        out = {}
-        for spec in SPECS:
-            value = getattr(self, spec.field)
-            if value is None:
-                text = ""
-            elif spec.kind == "bool":
-                text = "1" if value else "0"
-            elif spec.kind == "float":
-                text = repr(float(value))
-            else:
-                text = str(value)
-            out[spec.env] = text
-        return out
+        return {spec.env: _render(spec, getattr(self, spec.field)) for spec in SPECS}
 
     def render_env(self) -> str:
         """Canonical ``KEY=value`` text, one setting a line (the frozen campaign copy)."""
@@ -194,6 +182,33 @@ class Settings:
                             % self.baseline_yaml)
         if problems:
             raise SettingsError(problems)
+
+
+def _render(spec: Spec, value) -> str:
+    if value is None:
+        return ""
+    if spec.kind == "bool":
+        return "1" if value else "0"
+    if spec.kind == "float":
+        return repr(float(value))
+    return str(value)
+
+
+def differences(frozen: Settings, env: Mapping[str, str] = None, config_file=None) -> list:
+    """What the environment (and ``config_file``) set that differs from a campaign's frozen settings, one
+    line a setting: the campaign keeps its own, so a resumed campaign never silently runs with other values."""
+    env = os.environ if env is None else env
+    given = dict(parse_env_file(config_file)) if config_file is not None else {}
+    given.update({key: value for key, value in env.items() if value != ""})
+    kept = frozen.as_env()
+    lines = []
+    for key in sorted(k for k in given if k in SPEC_BY_ENV):
+        spec = SPEC_BY_ENV[key]
+        problems = []
+        value = _convert(spec, given[key], problems)
+        if problems or _render(spec, value) != kept[key]:
+            lines.append("%s: %r here, %r in the campaign" % (key, given[key], kept[key]))
+    return lines
 
 
 def parse_env_file(path) -> dict:
