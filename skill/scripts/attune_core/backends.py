@@ -50,6 +50,9 @@ class LocalBackend(object):
     def __init__(self, settings=None):
         self.settings = settings
 
+    def check(self, recipe: Recipe) -> None:
+        """What this backend refuses in a recipe, before anything is written: nothing here."""
+
     def submit(self, run: str, recipe: Recipe, run_dir: Path) -> None:
         if (run_dir / "local.json").exists():
             raise InputError("run %s was submitted already (%s exists)" % (run, run_dir / "local.json"))

@@ -3,7 +3,7 @@
 GPU time is recorded in whole GPU-seconds (``gpu_seconds``, an integer), so totals add up exactly
 and can never go negative; GPU-hours are ``gpu_seconds / 3600``. The budget is either GPU-hours
 (``AUTOTUNE_GPUH_BUDGET``, spent from ``gpu_hours.jsonl``) or ranked runs (``AUTOTUNE_BUDGET``:
-every run finalized into the ledger counts, failed or not). Runs launched but not finalized are
+every run finalized into the ledger counts, failed or not, but a launch whose submission failed). Runs launched but not finalized are
 reserved: their ``expected_gpu_hours`` (or one run) is held back from what is left.
 """
 
@@ -87,7 +87,7 @@ def state(settings, ranking, gpu_seconds: int) -> BudgetState:
     else:
         unknown = ()
         reserved = float(len(in_flight))
-        spent, unit = float(sum(1 for run in ranking.runs if run.finalized)), "runs"
+        spent, unit = float(sum(1 for run in ranking.runs if run.finalized and not run.never_ran)), "runs"
     limit = settings.budget_limit
     return BudgetState(kind=settings.budget_kind, unit=unit, limit=limit, spent=spent, reserved=reserved,
                        left=limit - spent - reserved, gpu_hours_spent=gpu_hours, in_flight=in_flight,

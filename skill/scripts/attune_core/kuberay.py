@@ -92,6 +92,10 @@ class KubeRayBackend(object):
         self.core = client.CoreV1Api(api_client)
         self.namespace = settings.namespace
 
+    def check(self, recipe: Recipe) -> None:
+        """What the backend refuses in a recipe (``InputError``), before a launch writes anything."""
+        self.body(self.settings.run_prefix + "check", recipe)
+
     def body(self, run: str, recipe: Recipe) -> dict:
         manifest = yaml.safe_load(recipe.with_name(run).render())
         metadata = manifest.setdefault("metadata", {})

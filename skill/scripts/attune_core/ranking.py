@@ -25,6 +25,9 @@ from .chainlog import ENVELOPE, loads
 from .measure import RunScore, score_run
 
 
+SUBMIT_FAILED = "submit_failed"  # the failure class of a launch whose submission failed (runs.launch)
+
+
 @dataclasses.dataclass(slots=True)
 class RunView:
     run: str
@@ -55,6 +58,11 @@ class RunView:
         return self.status != "running"
 
     @property
+    def never_ran(self) -> bool:
+        """Its submission failed: it holds no GPU time, counts against no budget and sets no purpose."""
+        return (self.failure or {}).get("class") == SUBMIT_FAILED
+
+    @property
     def tokens(self) -> Optional[float]:
         return self.score.tokens_per_s_per_gpu if self.score and self.score.rankable else None
 
@@ -73,7 +81,8 @@ class RecipeView(object):
         values = [run.tokens for run in self.rankable]
         self.score = _median(values) if values else None
         self.spread = (max(values) - min(values)) / self.score if len(values) >= 2 else None
-        originals = [run for run in runs if run.purpose in ("baseline", "candidate")] or runs
+        ran = [run for run in runs if not run.never_ran] or runs
+        originals = [run for run in ran if run.purpose in ("baseline", "candidate")] or ran
         self.first = originals[0]  # the run that introduced the recipe
         verdicts = {run.gate for run in runs if run.gate}
         self.gate = "fail" if "fail" in verdicts else ("pass" if "pass" in verdicts else None)
@@ -303,7 +312,8 @@ def assemble(runs: dict, stops: list, warnings: list, noise_floor=0.01, baseline
     if len(baseline_shas) > 1:
         warnings.append("baseline runs have %d different recipes; the earliest is the baseline" % len(baseline_shas))
     if baseline_shas:
-        first = min((run for run in ordered if run.purpose == "baseline"), key=_sort_key)
+        first = min((run for run in ordered if run.purpose == "baseline"), key=lambda run: (run.never_ran,
+                                                                                             _sort_key(run)))
         baseline = recipes[first.recipe]
         baseline.is_baseline = True
 

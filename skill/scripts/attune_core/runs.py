@@ -1,7 +1,8 @@
 """The run lifecycle: launch, poll, finalize, teardown, recorded in the ledger.
 
 A launch row is appended before the backend is asked to start the run, so no run ever holds
-GPUs without a record; a submission that fails is finalized at once as failed.
+GPUs without a record; a submission that fails is finalized at once as failed, class submit_failed, charging
+nothing.
 """
 
 from __future__ import annotations
@@ -21,7 +22,9 @@ from .chainlog import parse_ts
 from .candidates import allocate_run, load_baseline, projected
 from .errors import CheckFailed, InputError
 from .finalize import RunFacts, finalize as finalize_run
+from .ranking import SUBMIT_FAILED
 from .recipe import Recipe
+from .triage import CLASSES
 
 HANG_AFTER_S = 900.0
 SIMULATED_PROGRAM = "sim_megatron.py"  # simulate/: the simulated Megatron-LM workload
@@ -43,9 +46,16 @@ def _launch_rows(campaign: Campaign) -> dict:
     return {row["run"]: row for row in campaign.ledger.rows() if row["kind"] == "launch"}
 
 
-def _first_baseline(launches: dict) -> Optional[str]:
-    baselines = sorted((row["ts"], row["run"]) for row in launches.values() if row["purpose"] == "baseline")
+def _first_baseline(launches: dict, never_ran: set = frozenset()) -> Optional[str]:
+    baselines = sorted((row["ts"], row["run"]) for row in launches.values()
+                       if row["purpose"] == "baseline" and row["run"] not in never_ran)
     return baselines[0][1] if baselines else None
+
+
+def _never_ran(campaign: Campaign) -> set:
+    """The runs whose submission failed (a closed launch: no GPU time, no budget, no purpose)."""
+    return {row["run"] for row in campaign.ledger.rows()
+            if row["kind"] == "result" and (row.get("failure") or {}).get("class") == SUBMIT_FAILED}
 
 
 def launch(campaign: Campaign, settings, run: str = None, baseline: bool = False, repeat_of: str = None,
@@ -57,7 +67,8 @@ def launch(campaign: Campaign, settings, run: str = None, baseline: bool = False
     if sum(bool(x) for x in (run, baseline, repeat_of, profile_of)) != 1:
         raise InputError("give exactly one of RUN, --baseline, --repeat-of RUN or --profile-of RUN")
     launches = _launch_rows(campaign)
-    first_baseline = _first_baseline(launches)
+    never_ran = _never_ran(campaign)
+    first_baseline = _first_baseline(launches, never_ran)
     record = {}
     if baseline:
         recipe = workload.enforce(load_baseline(settings))
@@ -77,6 +88,9 @@ def launch(campaign: Campaign, settings, run: str = None, baseline: bool = False
         if profile_of:
             record = {"pod_hooks": PROFILE_HOOKS}
     else:
+        if run in never_ran:
+            raise InputError("run %s was launched and its submission failed (class %s): a run id is used once. Fix: "
+                             "write the candidate again with `attune candidate new` and launch that" % (run, SUBMIT_FAILED))
         if run in launches:
             raise InputError("run %s was launched already; repeat it with --repeat-of %s" % (run, run))
         path = campaign.run_dir(run) / "candidate.json"
@@ -99,6 +113,10 @@ def launch(campaign: Campaign, settings, run: str = None, baseline: bool = False
         raise CheckFailed("run %s's recipe failed the correctness gate: it can never lead, so a confirmation would "
                           "spend budget on nothing. Fix: try another candidate" % repeat_of)
     budget_mod.check_launch(snap.budget, expected_gpu_hours)
+    # the backend is reached and the recipe checked against its rules before anything is written: a backend that
+    # cannot be used (an unknown kube context) or a recipe it refuses leaves no launch row and uses no run id
+    backend = backends.get(settings.backend, settings)
+    backend.check(recipe)
     rows = None
     if settings.rows_path:  # every run trains on the declared rows, read where the run reads them
         from data.preship import check_rows
@@ -132,13 +150,17 @@ def launch(campaign: Campaign, settings, run: str = None, baseline: bool = False
         if value is not None:
             payload[key] = value
     row = campaign.append("launch", **payload)
-    backend = backends.get(settings.backend, settings)
     try:
         backend.submit(run, submitted.with_name(run), campaign.run_dir(run))
-    except Exception as exc:  # the launch row exists: record the failure rather than leave it open
+    except Exception as exc:  # the launch row exists: close it at once, charging nothing
+        meaning, next_step = CLASSES[SUBMIT_FAILED]
+        evidence = "submission failed: %s" % (" ".join(str(exc).split()) or type(exc).__name__)
         campaign.append("result", run=run, status="failed",
-                        failure={"class": "crash", "evidence": "submission failed: %s" % exc, "source": "backend"})
-        raise CheckFailed("run %s could not be submitted: %s" % (run, exc))
+                        failure={"class": SUBMIT_FAILED, "evidence": evidence[:2000], "line_no": None,
+                                 "source": "backend", "meaning": meaning, "next_step": next_step})
+        raise CheckFailed("run %s could not be submitted (%s); its launch is closed as %s: nothing is charged and "
+                          "its reservation is released. Fix: %s" % (run, evidence[len("submission failed: "):][:500],
+                                                                    SUBMIT_FAILED, next_step))
     return row
 
 

@@ -17,6 +17,9 @@ from .logparse import POD_HOOKS_PREFIX
 
 # name -> (what it means, what the agent does next); the order is the order of precedence.
 CLASSES = {
+    "submit_failed": ("the backend refused the submission (or could not be reached): the job never started",
+                      "fix what the evidence names (kube context, permissions, the RayJob the API rejected); nothing "
+                      "was charged and the change was not judged; launch it again"),
     "unschedulable": ("the pods never started: the cluster could not place them",
                       "do not retry as is: ask for fewer GPUs or nodes, or wait for capacity; the change is not "
                       "judged"),
