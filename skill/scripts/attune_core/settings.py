@@ -81,7 +81,8 @@ SPECS = (
     Spec("AUTOTUNE_GPUH_BUDGET", "gpuh_budget", "float", "",
          "budget in GPU-hours; set exactly one of this and AUTOTUNE_BUDGET", "200", group="budget"),
     Spec("AUTOTUNE_BUDGET", "run_budget", "int", "",
-         "budget in runs (every finalized run counts, failed and profile runs included); set exactly one of this "
+         "budget in runs (every finalized run counts, failed and profile runs included, but not a launch whose "
+         "submission failed); set exactly one of this "
          "and AUTOTUNE_GPUH_BUDGET",
          "", group="budget"),
     Spec("ATTUNE_GPU_HOUR_USD", "gpu_hour_usd", "float", "",
