@@ -43,7 +43,7 @@ def launch(directory, env, *args, fault=None):
     if fault:
         env["ATTUNE_PLANNER_FAULT"] = fault
     proc = subprocess.run(["bash", str(LAUNCHER), str(directory)] + list(args), env=env, stdout=subprocess.PIPE,
-                          stderr=subprocess.PIPE, timeout=240)
+                          stderr=subprocess.PIPE, timeout=600)
     return proc.returncode, proc.stdout.decode(), proc.stderr.decode()
 
 
@@ -54,7 +54,7 @@ def resume(err, env, fault=None):
     if fault:
         env["ATTUNE_PLANNER_FAULT"] = fault
     proc = subprocess.run(printed, shell=True, env=env, cwd="/", stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                          timeout=240)
+                          timeout=600)
     return proc.returncode, proc.stdout.decode(), proc.stderr.decode()
 
 
