@@ -262,7 +262,7 @@ def _doctor(settings, reuse, agent_cmd: str):
     """``attune doctor``'s checks before anything is laid out or started, the cluster checks in ``reuse``
     (``doctor.cached``) taken as they passed; the report, or None when a check failed (every check's line
     is printed then)."""
-    report = doctor_mod.run(settings, agent_command=agent_cmd, cached=reuse)
+    report = doctor_mod.run(settings, agent_command=agent_cmd, reuse=reuse)
     if not report.ok:
         for line in report.lines()[:-1]:
             print("launch_campaign: doctor: %s" % line, file=sys.stderr)

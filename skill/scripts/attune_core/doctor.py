@@ -392,7 +392,8 @@ def check_rows(p: _Probe) -> Result:
     except AttuneError as exc:
         return _split("rows", exc)
     except ImportError as exc:
-        return _failed("rows", "cannot hash the rows here: %s" % exc, "install the data extra (pip install -e '.[data]')")
+        return _failed("rows", "cannot hash the rows here: %s" % exc,
+                       "install the data extra (pip install -e '.[data]')")
     return _ok("rows", "ATTUNE_ROWS_PATH=%s hashes to ATTUNE_ROWS_SHA256 (%s...)" % (settings.rows_path, digest[:16]),
                rows_sha256=digest)
 
@@ -419,16 +420,16 @@ CHECKS = (
 )
 
 
-def run(settings, env: Mapping[str, str] = None, agent_command: str = None, cached: dict = None) -> Report:
-    """Run every check in order; ``cached`` (from ``cached()``) holds passing cluster results to reuse."""
+def run(settings, env: Mapping[str, str] = None, agent_command: str = None, reuse: dict = None) -> Report:
+    """Run every check in order; ``reuse`` (from ``cached``) holds passing cluster results to take as they are."""
     env = os.environ if env is None else env
     probe = _Probe(settings, env, agent_command)
     done = {}
     for check in CHECKS:
         if check.cluster and settings.backend != "kuberay":
             result = Result(check.name, SKIPPED, "ATTUNE_BACKEND=%s: no cluster to check" % settings.backend)
-        elif check.cluster and cached and check.name in cached:
-            result = dataclasses.replace(cached[check.name], cached=True)
+        elif check.cluster and reuse and check.name in reuse:
+            result = dataclasses.replace(reuse[check.name], cached=True)
         else:
             blocked = [need for need in check.needs if done[need].status in (FAILED, NOT_RUN)]
             if blocked:
@@ -473,7 +474,8 @@ def cached(directory, session: Optional[str], digest: str) -> Optional[dict]:
         results = {item["name"]: Result(**item) for item in data.get("checks") or [] if item.get("name") in names}
     except TypeError:
         return None
-    return results if all(result.status == OK for result in results.values()) else None
+    # all of them or none: a cluster check run anew needs the client the context check makes
+    return results if set(results) == names and all(r.status == OK for r in results.values()) else None
 
 
 def remember(directory, session: str, digest: str, report: Report) -> Optional[Path]:

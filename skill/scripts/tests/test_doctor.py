@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
 import re
-import shutil
 import sys
 
 import pytest
@@ -51,7 +51,8 @@ def cluster(kube, tmp_path, monkeypatch):
     baseline.write_text(RECIPE)
     env = {"KUBECONFIG": str(kubeconfig), "ATTUNE_BACKEND": "kuberay", "ATTUNE_KUBE_CONTEXT": "test",
            "ATTUNE_NAMESPACE": "ml-tuning", "ATTUNE_IMAGE": IMAGE, "ATTUNE_SHARED_DIR": "/mnt/shared/attune",
-           "AUTOTUNE_LOG_POD": "log-reader", "ATTUNE_RUN_PREFIX": "alice-llama8b-", "ATTUNE_BASELINE_YAML": str(baseline),
+           "AUTOTUNE_LOG_POD": "log-reader", "ATTUNE_RUN_PREFIX": "alice-llama8b-",
+           "ATTUNE_BASELINE_YAML": str(baseline),
            "AUTOTUNE_GPUH_BUDGET": "100", "ATTUNE_CLAUDE_VERSION": "2.1.332",
            "ATTUNE_CLAUDE_BIN": str(fake_claude(tmp_path / "claude"))}
     for key, value in env.items():
@@ -83,7 +84,8 @@ def test_everything_answering_passes(cluster, kube, capsys):
     assert check(report, "agent")["facts"]["version"] == "2.1.332"
     # the dry run validated the baseline as a launch submits it, and stored nothing
     assert not kube.rayjobs and [body["metadata"]["name"] for body in kube.dry_runs] == ["alice-llama8b-doctor"]
-    assert kube.dry_runs[0]["spec"]["rayClusterSpec"]["headGroupSpec"]["template"]["spec"]["containers"][0]["image"] == IMAGE
+    head = kube.dry_runs[0]["spec"]["rayClusterSpec"]["headGroupSpec"]
+    assert head["template"]["spec"]["containers"][0]["image"] == IMAGE
     asked = {(a["verb"], a["resource"] + ("/" + a["subresource"] if a.get("subresource") else "")): a
              for a in kube.access_reviews}
     assert {("create", "rayjobs"), ("get", "rayjobs"), ("delete", "rayjobs"), ("create", "pods/exec"),
@@ -316,7 +318,7 @@ def test_the_json_shape(local, capsys):
 
 
 def test_a_campaign_directory_is_checked_with_its_frozen_settings(cluster, kube, capsys, monkeypatch, tmp_path):
-    frozen = settings_mod.load(dict(__import__("os").environ, ATTUNE_KUBE_CONTEXT="gone"))
+    frozen = settings_mod.load(dict(os.environ, ATTUNE_KUBE_CONTEXT="gone"))
     campaign_mod.init(tmp_path / "c", frozen, "alice-llama8b-doc")
     code = cli.main(["doctor", "--campaign", str(tmp_path / "c")])  # the environment's context is ignored
     out = capsys.readouterr().out
@@ -346,15 +348,21 @@ def test_a_passing_result_is_reused_only_in_its_session_with_the_same_settings(c
     assert sorted(reused) == sorted(CLUSTER_CHECKS)
     assert doctor.cached(tmp_path, "s2", digest) is None and doctor.cached(tmp_path, None, digest) is None
     kube.requests.clear()
-    again = doctor.run(settings, cached=reused)
+    again = doctor.run(settings, reuse=reused)
     assert again.ok and kube.requests == [] and not kube.dry_runs[1:]  # the cluster was not asked again
     assert [r.name for r in again.results if r.cached] == CLUSTER_CHECKS
     assert all(not r.cached for r in again.results if r.name in ("baseline", "image", "agent", "rows"))
     cluster.write_text(RECIPE.replace("replicas: 2", "replicas: 3", 1))  # another baseline: another fingerprint
     assert doctor.fingerprint(settings) != digest
-    failing = doctor.run(settings_mod.load(dict(__import__("os").environ, ATTUNE_KUBE_CONTEXT="gone")))
+    failing = doctor.run(settings_mod.load(dict(os.environ, ATTUNE_KUBE_CONTEXT="gone")))
     assert not failing.ok and doctor.remember(tmp_path, "s3", digest, failing) is None
     assert doctor.cached(tmp_path, "s1", digest) is not None  # a failing run leaves the passing record alone
+    record = json.loads((tmp_path / doctor.CACHE).read_text())
+    record["checks"] = [item for item in record["checks"] if item["name"] != "context"]
+    (tmp_path / doctor.CACHE).write_text(json.dumps(record))
+    assert doctor.cached(tmp_path, "s1", digest) is None  # all the cluster checks or none
+    (tmp_path / doctor.CACHE).write_text("not json")
+    assert doctor.cached(tmp_path, "s1", digest) is None
 
 
 def test_the_tested_claude_version_is_the_one_ci_installs():
