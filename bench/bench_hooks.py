@@ -34,7 +34,8 @@ def build(root: Path) -> Path:
     baseline.write_text((REPO / "skill" / "scripts" / "tests" / "data" / "recipes" / "megatron_rayjob.yaml").read_text())
     env = {k: v for k, v in os.environ.items() if not k.startswith(("ATTUNE_", "AUTOTUNE_"))}
     env.update({"ATTUNE_BACKEND": "local", "ATTUNE_RUN_PREFIX": "bench-", "ATTUNE_BASELINE_YAML": str(baseline),
-                "AUTOTUNE_GPUH_BUDGET": "1000", "AUTOTUNE_ALLOW_WEB": "0", "ATTUNE_PYTHON": sys.executable})
+                "AUTOTUNE_GPUH_BUDGET": "1000", "AUTOTUNE_ALLOW_WEB": "0", "ATTUNE_PYTHON": sys.executable,
+                "ATTUNE_AGENT": "planner"})  # no agent runs; the planner needs no CLI for the doctor to find
     directory = root / "campaign"
     proc = subprocess.run(["bash", str(REPO / "harness" / "launch_campaign.sh"), str(directory), "--prepare"],
                           env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)

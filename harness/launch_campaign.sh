@@ -4,7 +4,8 @@
 # The demo: harness/launch_campaign.sh --demo [campaign_dir] [--demo-model llama3-70b|qwen3-30b-a3b]
 #   (a whole SIMULATED campaign on this machine; installs what it needs into .venv first).
 # Python: $ATTUNE_PYTHON, else this checkout's .venv when it has what the launcher needs, else python3.
-# Exit codes: 0 finished (budget spent or stop recorded, report written); 1 agent failure (resumable);
+# Exit codes: 0 finished (budget spent or stop recorded, report written); 1 agent failure (resumable)
+# or a failing `attune doctor` check (nothing started);
 # 2 bad settings or usage; 3 integrity violation (live runs torn down).
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"

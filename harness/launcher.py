@@ -4,12 +4,17 @@
     launch_campaign.sh <campaign_dir> [goal_prompt.txt] [--session ID] [--prepare] [--config FILE]
                        [--agent-command CMD]
 
-First launch: validates the settings, prepares the campaign directory (read-only copies of
-``skill/`` and ``harness/`` under ``.attune/``, the skill linked where Claude Code discovers it, the
-frozen settings, ``levers.md`` seeded from the skill's catalog when it has one, the goal and resume
-prompts, and a Claude Code settings file holding the hooks), records integrity, checks the rows' rows_sha256 (every launch) and starts the agent.
-A later launch verifies integrity first; ``--session ID`` resumes that agent session with the resume
-prompt. ``--prepare`` does everything but start an agent.
+First launch: validates the settings, runs ``attune doctor``'s checks (``attune_core.doctor``: the
+baseline, its image, the agent CLI, the cluster, the rows' rows_sha256; every launch, and ``--prepare``
+too; a failing check stops the launch with exit 1 and every check's line on stderr), prepares the
+campaign directory (read-only copies of ``skill/`` and ``harness/`` under ``.attune/``, the skill linked
+where Claude Code discovers it, the frozen settings, ``levers.md`` seeded from the skill's catalog when
+it has one, the goal and resume prompts, and a Claude Code settings file holding the hooks), records
+integrity and starts the agent. A later launch verifies integrity first; ``--session ID`` resumes that
+agent session with the resume prompt, and reuses the cluster checks that passed at the launch that
+started the session when the settings, the baseline and ``KUBECONFIG`` are the same
+(``.attune/cache/doctor.json``); the other checks run again. ``--prepare`` does everything but start an
+agent.
 
 The agent: ``ATTUNE_AGENT=planner`` runs the deterministic planner
 (``.attune/skill/scripts/planner/agent.py``, from the campaign's read-only skill copy, with this Python)
@@ -26,7 +31,7 @@ Claude Code's Stop-hook block cap ends a session early (a success with an empty 
 is not over), the launcher resumes it, at most ``MAX_CAP_RESUMES`` times.
 
 Exit codes: 0 finished (budget spent or stop recorded, and REPORT.md written); 1 agent failure
-(resumable with --session); 2 bad settings or usage; 3 integrity violation (every run the ledger
+(resumable with --session) or a failing doctor check (nothing started); 2 bad settings or usage; 3 integrity violation (every run the ledger
 tracks as live is torn down first).
 """
 
@@ -55,6 +60,7 @@ import integrity  # noqa: E402
 from stop import campaign_state, decide as stop_decide  # noqa: E402
 
 from attune_core import campaign as campaign_mod  # noqa: E402
+from attune_core import doctor as doctor_mod  # noqa: E402
 from attune_core import settings as settings_mod  # noqa: E402
 from attune_core.errors import (EXIT_CHECK_FAILED, EXIT_INTEGRITY, EXIT_OK, EXIT_USAGE, AttuneError,  # noqa: E402
                                 InputError)
@@ -208,10 +214,12 @@ def _run_streaming(argv: list, directory: Path, env: dict, stdin) -> subprocess.
     return subprocess.CompletedProcess(argv, code, out, b"".join(kept))
 
 
-def run_agent(directory: Path, settings, prompt_file: Path, session: str = None, extra: str = None) -> dict:
-    """One agent session; returns what the launcher records about it."""
+def run_agent(directory: Path, settings, prompt_file: Path, session: str = None, extra: str = None,
+              new_session: str = None) -> dict:
+    """One agent session (``session`` resumed, else a new one with id ``new_session``, by default a fresh
+    one); returns what the launcher records about it."""
     prompt = prompt_file.read_text(encoding="utf-8")
-    new_session = None if session else str(uuid.uuid4())
+    new_session = None if session else (new_session or str(uuid.uuid4()))
     argv = agent_command(settings, prompt, session, extra, directory, new_session)
     print("launch_campaign: session %s %s; if it stops before the campaign is over, resume it with: %s"
           % (session or new_session, "resumed" if session else "started",
@@ -253,6 +261,24 @@ def run_agent(directory: Path, settings, prompt_file: Path, session: str = None,
             "stderr_tail": proc.stderr.decode("utf-8", "replace")[-2000:]}
 
 
+def _doctor(settings, reuse, agent_cmd: str):
+    """``attune doctor``'s checks before anything is laid out or started, the cluster checks in ``reuse``
+    (``doctor.cached``) taken as they passed; the report, or None when a check failed (every check's line
+    is printed then)."""
+    report = doctor_mod.run(settings, agent_command=agent_cmd, reuse=reuse)
+    if not report.ok:
+        for line in report.lines()[:-1]:
+            print("launch_campaign: doctor: %s" % line, file=sys.stderr)
+        print("launch_campaign: doctor: failed: %s; nothing was started" % ", ".join(report.failed), file=sys.stderr)
+        return None
+    reused = [result.name for result in report.results if result.cached]
+    print("launch_campaign: doctor: ok (%d passed, %d skipped%s)" % (
+        sum(result.status == doctor_mod.OK for result in report.results),
+        sum(result.status == doctor_mod.SKIPPED for result in report.results),
+        "; %s reused from this session's earlier launch" % ", ".join(reused) if reused else ""), file=sys.stderr)
+    return report
+
+
 def _over(directory: Path, settings_map: dict) -> bool:
     state = campaign_state(str(directory), settings_map)
     return bool((state["budget"]["exhausted"] or state["stop"]) and state["report"])
@@ -275,14 +301,18 @@ def launch(directory: Path, goal_prompt: Path = None, session: str = None, prepa
         problems = integrity.verify(str(directory))
         if problems:
             return _violation_exit(directory, settings, problems)
-    elif settings.backend == "kuberay":
-        settings.check_files()
-    from data.preship import check_rows
-
-    rows = check_rows(settings)
+    # the session this launch runs: the one resumed, or a new one whose id the doctor's cache records
+    session_id = None if prepare_only else session or str(uuid.uuid4())
+    digest = doctor_mod.fingerprint(settings)
+    report = _doctor(settings, doctor_mod.cached(directory, None if first else session, digest), agent_cmd)
+    if report is None:
+        return EXIT_CHECK_FAILED
     campaign = prepare(directory, settings, goal_prompt)
+    rows = report.result("rows").facts.get("rows_sha256")
     if rows:
         campaign.append("note", text="rows_sha256 checked at launch: %s (%s)" % (rows, settings.rows_path))
+    if session_id:
+        doctor_mod.remember(directory, session_id, digest, report)
     if first:
         integrity.record(str(directory))
     else:
@@ -297,7 +327,7 @@ def launch(directory: Path, goal_prompt: Path = None, session: str = None, prepa
         integrity.record(str(directory), session=True)
         campaign.append("session", session=session or "new", event="start",
                         agent="command" if agent_cmd else settings.agent)
-        info = run_agent(directory, settings, prompt, session, agent_cmd)
+        info = run_agent(directory, settings, prompt, session, agent_cmd, new_session=session_id)
         _record_session(directory, info)
         end = {"session": info["session"], "event": "end", "agent": "command" if agent_cmd else settings.agent,
                "exit_code": info["exit_code"], "detail": str(info["end_reason"])}

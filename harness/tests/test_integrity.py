@@ -88,6 +88,20 @@ def test_appends_through_the_library_are_clean(camp):
     assert integrity.verify(str(camp)) == []
 
 
+def test_the_doctors_session_cache_is_not_a_protected_file(camp):
+    """The launcher writes .attune/cache/doctor.json between the record and the verify of a session."""
+    from attune_core import doctor
+
+    integrity.record(str(camp), session=True)
+    report = doctor.Report("kuberay", (doctor.Result("context", doctor.OK, "context test answers"),))
+    path = doctor.remember(camp, "session-1", "0" * 64, report)
+    assert path == camp / ".attune" / "cache" / "doctor.json"
+    assert integrity.verify(str(camp)) == [] and integrity.verify(str(camp), session=True) == []
+    path.write_text("{}")  # rewritten or removed by the next launch: still nothing the record holds
+    path.unlink()
+    assert integrity.verify(str(camp)) == []
+
+
 # ------------------------------------------------------------------------ static files
 def test_edited_skill_file(camp):
     path = camp / SKILL_FILE

@@ -1,6 +1,8 @@
 """The launcher: --prepare lays out the campaign; a stand-in agent (--agent-command) runs a whole
 campaign on the local backend; a failed session resumes with --session; an integrity violation
-tears down the live runs and exits 3; bad settings exit 2 with one line each."""
+tears down the live runs and exits 3; bad settings exit 2 with one line each; `attune doctor`'s checks
+run at every launch and --prepare, a failing one stopping it (exit 1), and a session's second launch
+reuses the cluster checks of its first (against the fake Kubernetes API)."""
 
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ REPO = HERE.parent.parent
 LAUNCHER = REPO / "harness" / "launch_campaign.sh"
 FAKE_MEGATRON = REPO / "skill" / "scripts" / "tests" / "data" / "fake_megatron.py"
 sys.path.insert(0, str(REPO / "skill" / "scripts"))
+sys.path.insert(0, str(REPO / "skill" / "scripts" / "tests"))
 
 from attune_core import campaign as campaign_mod  # noqa: E402
 from attune_core import runs as runs_mod  # noqa: E402
@@ -32,8 +35,16 @@ def setup(tmp_path, mode="ok"):
                                                                                            "FAKE_MODE: %s" % mode))
     env = {k: v for k, v in os.environ.items() if not k.startswith(("ATTUNE_", "AUTOTUNE_"))}
     env.update({"ATTUNE_BACKEND": "local", "ATTUNE_RUN_PREFIX": "t-", "ATTUNE_BASELINE_YAML": str(baseline),
-                "AUTOTUNE_BUDGET": "20", "AUTOTUNE_ALLOW_WEB": "0", "ATTUNE_PYTHON": sys.executable})
+                "AUTOTUNE_BUDGET": "20", "AUTOTUNE_ALLOW_WEB": "0", "ATTUNE_PYTHON": sys.executable,
+                "ATTUNE_CLAUDE_BIN": str(fake_claude(tmp_path / "claude"))})
     return tmp_path / "campaign", env
+
+
+def fake_claude(path, version="2.1.332"):
+    """A stand-in `claude` that only answers --version (the doctor's agent check)."""
+    path.write_text("#!/bin/sh\necho '%s (Claude Code)'\n" % version)
+    path.chmod(0o755)
+    return path
 
 
 def launch(directory, env, *args):
@@ -151,7 +162,8 @@ def test_the_rows_digest_is_checked_at_every_launch(tmp_path):
     directory, env = setup(tmp_path)
     env.update({"ATTUNE_ROWS_PATH": str(tmp_path / "rows.parquet"), "ATTUNE_ROWS_SHA256": "0" * 64})
     code, out, err = launch(directory, env, "--prepare")
-    assert code == 2 and "hash to %s" % digest in err and not (directory / "ledger.jsonl").exists()
+    assert code == 1 and "hash to %s" % digest in err and not (directory / "ledger.jsonl").exists()
+    assert "launch_campaign: doctor: rows: failed: ATTUNE_ROWS_SHA256=" in err
     env["ATTUNE_ROWS_SHA256"] = digest
     assert launch(directory, env, "--prepare")[0] == 0
     notes = [row["text"] for row in campaign_mod.Campaign(directory).ledger.rows() if row["kind"] == "note"]
@@ -192,3 +204,74 @@ def test_a_resume_where_no_campaign_is_says_so(tmp_path):
     code, out, err = launch(directory, bare(env), "--session", "abc")
     assert code == 2 and "no campaign here" in err and len(err.strip().splitlines()) == 1, err
     assert not directory.exists() or not any(directory.iterdir())
+
+
+def test_prepare_runs_the_doctor_and_refuses_on_a_failing_check(tmp_path):
+    directory, env = setup(tmp_path)
+    env["ATTUNE_CLAUDE_BIN"] = str(fake_claude(tmp_path / "old-claude", "2.0.1"))
+    env["ATTUNE_CLAUDE_VERSION"] = "2.1.332"
+    code, out, err = launch(directory, env, "--prepare")
+    assert code == 1 and not directory.exists(), err
+    assert "launch_campaign: doctor: agent: failed: %s is Claude Code 2.0.1, not ATTUNE_CLAUDE_VERSION=2.1.332. Fix: " \
+        % (tmp_path / "old-claude") in err
+    assert "launch_campaign: doctor: baseline: ok" in err and "failed: agent; nothing was started" in err
+    del env["ATTUNE_CLAUDE_VERSION"]
+    code, out, err = launch(directory, env, "--prepare")
+    assert code == 0 and "launch_campaign: doctor: ok" in err, err
+
+
+def cluster_env(tmp_path, kube_url):
+    directory, env = setup(tmp_path)
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(
+        "apiVersion: v1\nkind: Config\ncurrent-context: test\n"
+        "clusters: [{name: fake, cluster: {server: '%s'}}]\n"
+        "users: [{name: u, user: {token: not-a-secret}}]\n"
+        "contexts: [{name: test, context: {cluster: fake, user: u}}]\n" % kube_url)
+    baseline = tmp_path / "baseline.yaml"
+    baseline.write_text((REPO / "skill" / "scripts" / "tests" / "data" / "recipes" / "megatron_rayjob.yaml").read_text())
+    env.update({"KUBECONFIG": str(kubeconfig), "ATTUNE_BACKEND": "kuberay", "ATTUNE_KUBE_CONTEXT": "test",
+                "ATTUNE_NAMESPACE": "ml-tuning", "ATTUNE_IMAGE": "registry.example.com/megatron:25.04",
+                "ATTUNE_SHARED_DIR": "/mnt/shared", "AUTOTUNE_LOG_POD": "log-reader"})
+    return directory, env
+
+
+def test_a_kube_context_that_does_not_exist_stops_the_prepare(tmp_path):
+    directory, env = cluster_env(tmp_path, "http://127.0.0.1:9")
+    env["ATTUNE_KUBE_CONTEXT"] = "no-such-context"
+    code, out, err = launch(directory, env, "--prepare")
+    assert code == 1 and not directory.exists()
+    assert "launch_campaign: doctor: context: failed: ATTUNE_KUBE_CONTEXT=no-such-context is not a context" in err
+    assert "launch_campaign: doctor: namespace: not_run: needs context" in err
+
+
+def test_the_second_launch_of_a_session_reuses_its_cluster_checks(tmp_path):
+    from fake_kube import FakeKube
+
+    kube = FakeKube()
+    try:
+        kube.namespaces.add("ml-tuning")
+        kube.pods["log-reader"] = {}
+        kube.pod_mounts["log-reader"] = ["/mnt/shared"]
+        directory, env = cluster_env(tmp_path, kube.url)
+        agent = "echo $ATTUNE_SESSION_ID > notes.md; exit 1"
+        code, out, err = launch(directory, env, "--agent-command", agent)
+        assert code == 1 and "launch_campaign: doctor: ok (8 passed, 2 skipped)" in err, err
+        session = (directory / "notes.md").read_text().strip()
+        cache = json.loads((directory / ".attune" / "cache" / "doctor.json").read_text())
+        assert cache["session"] == session and len(kube.dry_runs) == 1 and kube.access_reviews
+        kube.requests.clear()
+        code, out, err = launch(directory, env, "--session", session, "--agent-command", agent)
+        assert code == 1, err  # the agent's exit: neither a doctor failure nor an integrity violation (3)
+        assert "context, namespace, crd, access, log_pod, dry_run reused from this session's earlier launch" in err
+        assert kube.requests == [] and len(kube.dry_runs) == 1
+        code, out, err = launch(directory, env, "--agent-command", agent)  # a new session checks everything again
+        assert code == 1 and "reused" not in err and len(kube.dry_runs) == 2
+        kube.denied.add(("delete", "rayjobs"))  # the cluster changed: a resumed session does not see it...
+        session = (directory / "notes.md").read_text().strip()
+        assert launch(directory, env, "--session", session, "--agent-command", agent)[0] == 1
+        code, out, err = launch(directory, env, "--agent-command", agent)  # ...a new one does, and stops
+        assert code == 1 and "launch_campaign: doctor: access: failed: denied in namespace ml-tuning: delete " \
+            "rayjobs.ray.io" in err and "nothing was started" in err
+    finally:
+        kube.close()

@@ -79,6 +79,19 @@ def cmd_settings(args) -> int:
     return EXIT_OK
 
 
+@verb("doctor", "check that the campaign can run before it spends anything: the baseline, its image, the agent CLI, "
+                "the kube context, namespace, RayJob CRD, access, log pod and a server-side dry run, the rows; one "
+                "line per check with its fix (exit 1 when one fails)")
+def cmd_doctor(args) -> int:
+    from . import doctor as doctor_mod
+    report = doctor_mod.run(settings_mod.for_campaign(_dir(args), config_file=args.config))
+    _emit(args, report.as_dict(), "\n".join(report.lines()))
+    if not report.ok:
+        print("attune doctor: failed: %s" % ", ".join(report.failed), file=sys.stderr)
+        return EXIT_CHECK_FAILED
+    return EXIT_OK
+
+
 @verb("verify", "check the hash chains of ledger.jsonl and gpu_hours.jsonl; name the first bad row")
 def cmd_verify(args) -> int:
     campaign = campaign_mod.Campaign(_dir(args))
@@ -608,7 +621,9 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("--note", help="a note on the campaign, shown at the top of RESULTS.md")
         elif name == "settings":
             p.add_argument("--example", action="store_true", help="print config.example.env")
-            p.add_argument("--check-files", action="store_true", help="also check that the files exist here")
+            p.add_argument("--check-files", action="store_true",
+                           help="also check that the files exist here (`attune doctor` checks the cluster, the agent "
+                                "CLI and the rows too)")
         elif name == "rank":
             p.add_argument("--no-chart", action="store_true", help="do not draw the chart")
             p.add_argument("--dry-run", action="store_true",

@@ -74,6 +74,13 @@ def _images(spec: dict) -> list:
     return out
 
 
+def wrong_images(spec: dict, image: str) -> list:
+    """``"<where> <image>"`` for every container of the RayJob's pod templates (``spec``) that does not run
+    ``image``, one that names no image included: a RayJob with any is refused at submission, and
+    ``attune doctor`` checks the baseline with this before the campaign starts."""
+    return ["%s %s" % (where, found or "(no image)") for where, found in _images(spec) if found != image]
+
+
 class KubeRayBackend(object):
     name = "kuberay"
 
@@ -106,7 +113,7 @@ class KubeRayBackend(object):
         spec = manifest.setdefault("spec", {})
         for key, value in DEFAULTS.items():
             spec.setdefault(key, value)
-        wrong = ["%s %s" % (where, image) for where, image in _images(spec) if image != self.settings.image]
+        wrong = wrong_images(spec, self.settings.image)
         if wrong:
             raise InputError("RayJob %s: container image(s) other than ATTUNE_IMAGE=%s: %s. Fix: the campaign runs "
                              "one image: set it in the baseline recipe's pod templates (or ATTUNE_IMAGE to the image "

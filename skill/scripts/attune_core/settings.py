@@ -30,6 +30,7 @@ PREFIXES = ("ATTUNE_", "AUTOTUNE_")
 NOT_SETTINGS = ("ATTUNE_CAMPAIGN_DIR", "ATTUNE_CORPUS_DIR", "ATTUNE_PYTHON", "ATTUNE_CLAUDE_BIN", "ATTUNE_SESSION_ID",
                 "ATTUNE_PROMPT_FILE", "ATTUNE_PLANNER_FAULT")
 TRAIN_ITERS = 20  # the fixed-shape workload: 20 iterations (measurement.md §2)
+TESTED_CLAUDE_VERSION = "2.1.332"  # the Claude Code the harness is tested with (.ci/run installs it)
 
 _PREFIX_RE = re.compile(r"^[a-z][a-z0-9-]{0,30}-$")
 _DNS_LABEL_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
@@ -93,6 +94,11 @@ SPECS = (
          choices=("claude", "planner"), group="agent"),
     Spec("ATTUNE_CLAUDE_MODEL", "claude_model", "str", "",
          "model for Claude Code (empty: Claude Code's default)", "", group="agent"),
+    Spec("ATTUNE_CLAUDE_VERSION", "claude_version", "str", "",
+         "Claude Code version the campaign needs, as claude --version prints it (checked by attune doctor; a prefix "
+         "such as 2.1 takes any 2.1.x; empty: any version); the harness is tested with %s" % TESTED_CLAUDE_VERSION,
+         TESTED_CLAUDE_VERSION,
+         group="agent"),
     Spec("ATTUNE_PLANNER_SEED", "planner_seed", "int", "0",
          "seed of the planner agent (ATTUNE_AGENT=planner): breaks ties between equally ranked alternatives; the same "
          "seed and campaign give the same decisions", "0", group="agent"),
@@ -150,6 +156,7 @@ class Settings:
     pod_scripts: str = ""
     planner_seed: int = 0
     planner_gpu: str = ""
+    claude_version: str = ""
 
     @property
     def budget_kind(self) -> str:
@@ -416,7 +423,8 @@ def freeze(settings: Settings, campaign_dir) -> Path:
     path = frozen_path(campaign_dir)
     text = settings.render_env()
     if path.exists():
-        if path.read_text(encoding="utf-8") != text:
+        # a copy frozen before a setting was added lacks its line: it is the same settings if it loads to them
+        if path.read_text(encoding="utf-8") != text and load(parse_env_file(path)) != settings:
             raise SettingsError(["%s: the campaign already has different frozen settings. Fix: resume with the "
                                  "settings it started with, or start a new campaign directory" % path])
         return path

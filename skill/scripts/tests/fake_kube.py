@@ -1,5 +1,13 @@
-"""An HTTP-level fake of the Kubernetes API endpoints the KubeRay backend uses, so the official
-``kubernetes`` client runs end to end against it (no cluster, loopback only)."""
+"""An HTTP-level fake of the Kubernetes API endpoints the KubeRay backend and ``attune doctor`` use, so
+the official ``kubernetes`` client runs end to end against it (no cluster, loopback only).
+
+Scriptable: ``forbidden`` paths answer 403 to every method; ``namespaces`` that exist; ``ray_resources``
+served by the ``ray.io/v1`` discovery document (empty: the group is not installed, 404); ``denied``
+``(verb, resource[/subresource])`` pairs a SelfSubjectAccessReview answers with ``allowed: false``;
+``dry_run_rejection`` ``(code, message)`` for a RayJob created with ``dryRun=All`` (which otherwise is
+validated and answered without being stored); per pod its ``pod_phase`` (default Running),
+``pod_mounts`` (volume mount paths) and ``pod_containers`` (container names, default one).
+"""
 
 from __future__ import annotations
 
@@ -17,6 +25,11 @@ POD = re.compile(r"^/api/v1/namespaces/(?P<ns>[^/]+)/pods/(?P<name>[^/]+)$")
 NODE = re.compile(r"^/api/v1/nodes/(?P<name>[^/]+)$")
 EVENTS = re.compile(r"^/api/v1/namespaces/(?P<ns>[^/]+)/events$")
 EXEC = re.compile(r"^/api/v1/namespaces/(?P<ns>[^/]+)/pods/(?P<pod>[^/]+)/exec$")
+NAMESPACE = re.compile(r"^/api/v1/namespaces/(?P<name>[^/]+)$")
+SSAR = "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews"
+RAY_DISCOVERY = "/apis/ray.io/v1"
+KINDS = {"rayjobs": "RayJob", "rayclusters": "RayCluster", "rayservices": "RayService"}
+DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
 WS_GUID = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
 
 
@@ -48,6 +61,19 @@ class FakeKube(object):
         self.execs = []  # (pod, command)
         self.mtimes = {}  # (pod, path) -> modification time served by `stat -c %Y` (the file need not be in files)
         self.clock = None  # the pods' `date +%s`; None: this host's time
+        self.forbidden = set()  # paths that answer 403 to every method
+        self.namespaces = set()  # namespaces that exist (GET /api/v1/namespaces/NAME)
+        self.ray_resources = ["rayjobs", "rayclusters", "rayservices"]  # what discovery of ray.io/v1 serves
+        self.denied = set()  # (verb, "resource" or "resource/subresource") a SelfSubjectAccessReview denies
+        self.access_reviews = []  # the resourceAttributes of every SelfSubjectAccessReview asked
+        self.dry_run_rejection = None  # (code, message) answered to a dryRun=All RayJob creation
+        self.dry_runs = []  # the bodies of dry-run creations (never stored)
+        self.pod_phase = {}  # pod name -> status.phase (default Running)
+        self.pod_mounts = {}  # pod name -> volume mount paths of its container
+        self.pod_containers = {}  # pod name -> container names (default one, "c")
+        self.version = {"major": "1", "minor": "31", "gitVersion": "v1.31.0", "gitCommit": "0" * 40,
+                        "gitTreeState": "clean", "buildDate": "2024-08-13T07:28:49Z", "goVersion": "go1.22.5",
+                        "compiler": "gc", "platform": "linux/amd64"}  # GET /version
         fake = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -66,20 +92,62 @@ class FakeKube(object):
                 length = int(self.headers.get("Content-Length") or 0)
                 return json.loads(self.rfile.read(length) or b"{}")
 
-            def _status(self, code, reason):
+            def _status(self, code, reason, message=None):
                 self._send(code, {"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": reason,
-                                  "code": code, "message": reason})
+                                  "code": code, "message": message or reason})
+
+            def _forbidden(self, method, path):
+                fake.requests.append((method, path))
+                if path in fake.forbidden:
+                    self._status(403, "Forbidden", "%s %s is forbidden in the fake" % (method, path))
+                    return True
+                return False
+
+            def _review(self, body):
+                attributes = (body.get("spec") or {}).get("resourceAttributes") or {}
+                fake.access_reviews.append(attributes)
+                resource = attributes.get("resource", "")
+                if attributes.get("subresource"):
+                    resource += "/" + attributes["subresource"]
+                allowed = (attributes.get("verb"), resource) not in fake.denied
+                body["status"] = {"allowed": allowed, "reason": "" if allowed else "denied by the fake's RBAC"}
+                self._send(201, body)
+
+            def _dry_run(self, namespace, body):
+                fake.dry_runs.append(body)
+                if fake.dry_run_rejection:
+                    code, message = fake.dry_run_rejection
+                    return self._status(code, "Invalid", message)
+                metadata = body.get("metadata") or {}
+                problems = []
+                if body.get("apiVersion") != "ray.io/v1" or body.get("kind") != "RayJob":
+                    problems.append("apiVersion/kind: must be ray.io/v1 RayJob")
+                if not DNS_SUBDOMAIN.match(metadata.get("name") or ""):
+                    problems.append("metadata.name: Invalid value: %r" % metadata.get("name"))
+                if metadata.get("namespace") not in (None, namespace):
+                    problems.append("metadata.namespace: does not match the request's namespace")
+                if not isinstance(body.get("spec"), dict):
+                    problems.append("spec: Required value")
+                if problems:
+                    return self._status(422, "Invalid", 'RayJob.ray.io "%s" is invalid: %s'
+                                        % (metadata.get("name"), "; ".join(problems)))
+                self._send(201, body)
 
             def do_POST(self):
                 url = urlparse(self.path)
-                fake.requests.append(("POST", url.path))
-                match = RAYJOB.match(url.path)
                 body = self._body()
+                if self._forbidden("POST", url.path):
+                    return
+                match = RAYJOB.match(url.path)
+                if url.path == SSAR:
+                    return self._review(body)
                 if not match:
                     return self._status(404, "NotFound")
                 key = (match.group("ns"), body["metadata"]["name"])
                 if fake.create_status or key in fake.rayjobs:
                     return self._status(fake.create_status or 409, "AlreadyExists")
+                if parse_qs(url.query).get("dryRun") == ["All"]:
+                    return self._dry_run(match.group("ns"), body)
                 body.setdefault("status", {"jobStatus": "", "jobDeploymentStatus": "Initializing"})
                 fake.rayjobs[key] = body
                 self._send(201, body)
@@ -114,7 +182,8 @@ class FakeKube(object):
 
             def do_GET(self):
                 url = urlparse(self.path)
-                fake.requests.append(("GET", url.path))
+                if self._forbidden("GET", url.path):
+                    return
                 query = parse_qs(url.query)
                 exec_match = EXEC.match(url.path)
                 if exec_match and self.headers.get("Upgrade", "").lower() == "websocket":
@@ -123,6 +192,23 @@ class FakeKube(object):
                 if match and match.group("name"):
                     job = fake.rayjobs.get((match.group("ns"), match.group("name")))
                     return self._send(200, job) if job else self._status(404, "NotFound")
+                if url.path in ("/version", "/version/"):
+                    return self._send(200, fake.version)
+                if url.path == RAY_DISCOVERY:
+                    if not fake.ray_resources:
+                        return self._status(404, "NotFound", "the server could not find the requested resource")
+                    return self._send(200, {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": "ray.io/v1",
+                                            "resources": [{"name": name, "singularName": name[:-1], "namespaced": True,
+                                                           "kind": KINDS.get(name, name), "verbs": [
+                                                               "create", "delete", "get", "list", "patch", "watch"]}
+                                                          for name in fake.ray_resources]})
+                ns_match = NAMESPACE.match(url.path)
+                if ns_match:
+                    name = ns_match.group("name")
+                    if name not in fake.namespaces:
+                        return self._status(404, "NotFound", 'namespaces "%s" not found' % name)
+                    return self._send(200, {"kind": "Namespace", "apiVersion": "v1", "metadata": {"name": name},
+                                            "status": {"phase": "Active"}})
                 if PODS.match(url.path):
                     selector = query.get("labelSelector", [""])[0]
                     key, _, value = selector.partition("=")
@@ -137,12 +223,14 @@ class FakeKube(object):
                 pod_match = POD.match(url.path)
                 if pod_match and pod_match.group("name") in fake.pods:
                     name = pod_match.group("name")
+                    limits = {"nvidia.com/gpu": str(fake.pod_gpus[name])} if name in fake.pod_gpus else {}
+                    mounts = [{"name": "v%d" % i, "mountPath": path} for i, path in enumerate(fake.pod_mounts.get(name, []))]
+                    containers = [{"name": c, "resources": {"limits": limits}, "volumeMounts": mounts}
+                                  for c in fake.pod_containers.get(name, ["c"])]
                     return self._send(200, {"kind": "Pod", "apiVersion": "v1",
                                             "metadata": {"name": name, "labels": fake.pods[name]},
-                                            "spec": {"nodeName": fake.pod_nodes.get(name),
-                                                     "containers": [{"name": "c", "resources": {"limits": (
-                                                         {"nvidia.com/gpu": str(fake.pod_gpus[name])}
-                                                         if name in fake.pod_gpus else {})}}]}})
+                                            "spec": {"nodeName": fake.pod_nodes.get(name), "containers": containers},
+                                            "status": {"phase": fake.pod_phase.get(name, "Running")}})
                 node_match = NODE.match(url.path)
                 if node_match and node_match.group("name") in fake.node_labels:
                     name = node_match.group("name")
@@ -157,9 +245,10 @@ class FakeKube(object):
 
             def do_DELETE(self):
                 url = urlparse(self.path)
-                fake.requests.append(("DELETE", url.path))
-                match = RAYJOB.match(url.path)
                 body = self._body()
+                if self._forbidden("DELETE", url.path):
+                    return
+                match = RAYJOB.match(url.path)
                 fake.last_delete_body = body
                 key = (match.group("ns"), match.group("name")) if match else None
                 if key not in fake.rayjobs:

@@ -17,7 +17,7 @@ from factory import Builder
 from attune_core import cli
 from attune_core.errors import EXIT_CODES
 
-VERBS = ["init", "settings", "verify", "rank", "status", "budget", "stop", "note", "lesson", "metrics", "candidate", "project",
+VERBS = ["init", "settings", "doctor", "verify", "rank", "status", "budget", "stop", "note", "lesson", "metrics", "candidate", "project",
          "launch", "poll", "finalize", "teardown", "topology", "gate", "profile", "report", "rows"]
 
 

@@ -118,6 +118,17 @@ def test_freeze_refuses_different_settings(tmp_path):
     assert s.for_campaign(tmp_path, env=dict(GOOD, AUTOTUNE_GPUH_BUDGET="5")) == first
 
 
+def test_a_copy_frozen_before_a_setting_was_added_is_still_the_campaigns(tmp_path):
+    first = s.load(GOOD)
+    s.freeze(first, tmp_path)
+    path = s.frozen_path(tmp_path)
+    older = "".join(line for line in path.read_text().splitlines(True) if not line.startswith("ATTUNE_CLAUDE_VERSION="))
+    path.write_text(older)  # as written by a version that had no ATTUNE_CLAUDE_VERSION
+    assert s.freeze(first, tmp_path) == path and path.read_text() == older  # accepted, and left as it was
+    with pytest.raises(SettingsError):
+        s.freeze(s.load(dict(GOOD, ATTUNE_CLAUDE_VERSION="2.1")), tmp_path)
+
+
 def test_example_file_matches_settings_in_both_directions():
     text = (REPO / "config.example.env").read_text()
     assert text == s.render_example(), "regenerate: python3 skill/scripts/attune.py settings --example > config.example.env"
