@@ -16,7 +16,7 @@ import re
 from pathlib import Path
 from typing import Optional
 
-from . import legality, workload
+from . import legality, levers as levers_mod, workload
 from .campaign import RUNS, Campaign
 from .errors import CheckFailed, InputError
 from .recipe import Recipe, diff
@@ -54,12 +54,10 @@ def parse_changes(sets=(), unsets=(), envs=(), unset_envs=()) -> list:
 
 
 def load_baseline(settings) -> Recipe:
-    path = Path(settings.baseline_yaml)
     try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise InputError("ATTUNE_BASELINE_YAML=%s: cannot read it (%s)" % (path, exc.strerror))
-    return Recipe(text, str(path))
+        return Recipe.load(settings.baseline_yaml).require_gpus()
+    except InputError as exc:
+        raise InputError("ATTUNE_BASELINE_YAML=%s" % exc)
 
 
 def _parent(campaign: Campaign, settings, parent: str) -> Recipe:
@@ -69,7 +67,7 @@ def _parent(campaign: Campaign, settings, parent: str) -> Recipe:
     if not path.is_file():
         raise InputError("--parent %s: no recipe at %s. Fix: give a run id from `attune status`, or baseline"
                          % (parent, path))
-    return Recipe(path.read_text(encoding="utf-8"), str(path))
+    return Recipe.load(path).require_gpus()
 
 
 def allocate_run(campaign: Campaign, prefix: str) -> tuple:
@@ -135,6 +133,12 @@ def new(campaign: Campaign, settings, parent: str, changes: list, lever: str, hy
         raise InputError("--lever is empty: name the one lever this candidate tries (levers.md)")
     if not hypothesis or not hypothesis.strip():
         raise InputError("--hypothesis is empty: say what the change should move and by about how much")
+    catalog_path, catalog_text = levers_mod.campaign_catalog(campaign.dir)
+    catalog = levers_mod.catalog_ids(catalog_path, catalog_text)
+    try:
+        lever = levers_mod.lever_name(lever, catalog, catalog_path)
+    except ValueError as exc:
+        raise InputError("--lever: %s" % exc)
     base = _parent(campaign, settings, parent)
     child = workload.enforce(base.apply(changes))
     change = diff(base, child)

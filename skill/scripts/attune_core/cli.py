@@ -30,6 +30,9 @@ from .background import Background, BackgroundError
 from .errors import EXIT_CHECK_FAILED, EXIT_OK, AttuneError, CheckFailed, InputError, IntegrityError
 
 VERBS = {}
+# An argument that names a file or folder a verb reads has one of these metavars (a test finds them all
+# and feeds each one files it cannot read); an output the verb writes is OUT.
+INPUT_METAVARS = ("FILE", "DIR", "LOG", "RECIPE", "TRACE")
 
 
 def verb(name, help_text):
@@ -261,13 +264,18 @@ def cmd_lesson(args) -> int:
 
 
 @verb("metrics", "parse a training log (Megatron-LM, Megatron-Bridge, slime) into steps, memory, timers, "
-                 "slime records and failures")
+                 "slime records and failures (exit 2 for a file that is empty, mostly binary, or holds no record "
+                 "and no failure; stray bytes in a log are replaced)")
 def cmd_metrics(args) -> int:
     from . import logparse, triage  # imported where used: status and rank start faster without them
     path = Path(args.log)
     if not path.is_file():
         raise InputError("%s: no such log file. Fix: give the path of a run's log" % path)
     parsed = logparse.parse_file(path)
+    refused = logparse.refusal(parsed)
+    if refused:
+        raise InputError("%s: %s, so not a training log. Fix: give a run's log (Megatron-LM, Megatron-Bridge or "
+                         "slime output)" % (path, refused))
     found = triage.classify(parsed, exit_code=args.exit_code)
     parsed["triage"] = found.as_dict() if found else None
     steps = parsed["steps"]
@@ -316,20 +324,26 @@ def _settings(args, campaign):
     return campaign.settings(config_file=getattr(args, "config", None))
 
 
+def _check_config(args) -> None:
+    """Read ``--config`` where this form of a verb needs no settings: a file given is never ignored unread."""
+    if getattr(args, "config", None) is not None:
+        settings_mod.parse_env_file(args.config)
+
+
 @verb("project", "the analytic projection of a recipe: memory per GPU against HBM with its breakdown, step time "
                  "(compute, communication, bubble), tokens/s/GPU, TFLOP/s and MFU (exit 1 when it does not fit)")
 def cmd_project(args) -> int:
     from projection.api import project
     from .recipe import Recipe
     path = Path(args.recipe)
-    if not path.is_file():
-        raise InputError("%s: no such recipe. Fix: give a RayJob YAML" % path)
-    recipe = Recipe(path.read_text(encoding="utf-8"), str(path))
+    recipe = Recipe.load(path)
     env = recipe.env()
     hardware = args.hardware or env.get("ATTUNE_SIM_HARDWARE")
     if not hardware:
-        raise InputError("no hardware: give --hardware (H100, B200, MI300X, ...)")
+        raise InputError("%s: no hardware: give --hardware (H100, B200, MI300X, ...)" % path)
     gpus = args.gpus or (int(env["ATTUNE_SIM_GPUS"]) if env.get("ATTUNE_SIM_GPUS", "").isdigit() else recipe.gpus())
+    if gpus <= 0:
+        recipe.require_gpus()
     out = project(recipe.args(), gpus, hardware, args.gpus_per_node)
     mem, time_ = out["memory"], out["time"]
     layout = " ".join("%s=%s" % item for item in out["layout"].items())
@@ -431,6 +445,7 @@ def cmd_gate(args) -> int:
     else:
         if not (args.baseline and args.candidate):
             raise InputError("give --run RUN (a campaign's run) or both --baseline DIR and --candidate DIR")
+        _check_config(args)
         result = gate_mod.run_gate(args.baseline, args.candidate, args.repeat or (), steps,
                                    Rules(overrides=args.rules or None))
     conv = result["convergence"]
@@ -458,7 +473,8 @@ def cmd_gate(args) -> int:
 
 
 @verb("profile", "analyze torch.profiler traces: step time, GPU time breakdown, exposed communication, bubbles, "
-                 "launch overhead, memory, stragglers, and a ranked diagnosis")
+                 "launch overhead, memory, stragglers, and a ranked diagnosis (exit 2 for a file that is not a trace, "
+                 "or traces without an event; a trace cut short gives a partial result)")
 def cmd_profile(args) -> int:
     from profile_analyzer import profile as profile_mod
     steps = _steps(args.steps) if args.steps else None
@@ -468,6 +484,8 @@ def cmd_profile(args) -> int:
         campaign = campaign_mod.Campaign(_dir(args))
         traces = [str(path) for path in runs_mod.traces(campaign, _settings(args, campaign), args.run)] + traces
         recipe = recipe or str(campaign.run_dir(args.run) / "recipe.yaml")
+    else:
+        _check_config(args)
     if not traces:
         raise InputError("no traces: give trace files or folders, or --run RUN for a run launched with --profile-of")
     result = profile_mod.run(traces, steps, recipe)
@@ -610,8 +628,10 @@ def build_parser() -> argparse.ArgumentParser:
     common.add_argument("--json", action="store_true", help="print one JSON object")
     with_config = argparse.ArgumentParser(add_help=False)
     with_config.add_argument("--config", metavar="FILE",
-                             help="config.env to read settings from (ignored once the campaign froze its own)")
-    parents = {"init": [common, with_config], "settings": [common, with_config]}
+                             help="config.env to read settings from (always read and checked; its values are "
+                                  "ignored once the campaign froze its own)")
+    # --config only where a verb reads settings: a file given to a verb that would ignore it is refused by argparse
+    parents = {name: [common] for name in ("verify", "note", "metrics", "project", "rows")}
     for name, (func, help_text) in VERBS.items():
         p = sub.add_parser(name, help=help_text, description=help_text,
                            parents=parents.get(name, [common, with_config]))
@@ -664,7 +684,8 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("--pod-hook", action="append", metavar="NAME[:KEY=VALUE,...]",
                            help="also run this launch through an in-pod hook (scripts/pod_hooks/README.md); repeatable")
         elif name == "project":
-            p.add_argument("recipe", help="a RayJob YAML (a campaign's runs/RUN/recipe.yaml, or any recipe)")
+            p.add_argument("recipe", metavar="RECIPE",
+                           help="a RayJob YAML (a campaign's runs/RUN/recipe.yaml, or any recipe)")
             p.add_argument("--hardware", help="GPU type: A100, H100, H200, B200, B300, GB200, GB300, MI300X, MI325X, "
                                               "MI355X (default: the recipe's ATTUNE_SIM_HARDWARE)")
             p.add_argument("--gpus", type=int, help="total GPUs (default: the recipe's worker groups)")
@@ -681,7 +702,7 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("--lever", help="the lever id (default: the candidate's; 'other: <flag>' outside the catalog)")
             p.add_argument("--dry-run", action="store_true", help="print the entry; write nothing")
         elif name == "metrics":
-            p.add_argument("log", help="the log file (any size: it is read line by line)")
+            p.add_argument("log", metavar="LOG", help="the log file (any size: it is read line by line)")
             p.add_argument("--exit-code", type=int, help="the run's exit code, for failure triage")
         elif name == "gate":
             p.add_argument("--run", help="a finalized run of the campaign: gated against the campaign's baseline, "
@@ -705,7 +726,7 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("action", choices=["build", "from-slime", "to-slime", "sha", "check"],
                            help="build: write rows; from-slime: slime rollout dumps to rows; to-slime: rows to slime "
                                 "dumps; sha: print rows_sha256; check: verify a rows file")
-            p.add_argument("file", nargs="*", help="sha, check: the rows file (.parquet) or a dump's attune_dump.json; "
+            p.add_argument("file", nargs="*", metavar="FILE", help="sha, check: the rows file (.parquet) or a dump's attune_dump.json; "
                                                    "to-slime: the rows file; from-slime: the dumps (.pt files, or a "
                                                    "template with {rollout_id})")
             p.add_argument("--input", metavar="FILE", help="build: records, .jsonl or .parquet (messages, or prompt/"
@@ -714,7 +735,7 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("--seq-length", type=int, metavar="N",
                            help="build: the workload's sequence length; from-slime: the row length (default: the "
                                 "longest sample rounded up to a multiple of 128); check: expected (default: the file's)")
-            p.add_argument("--out", metavar="FILE", help="build, from-slime: the rows file to write (.parquet); "
+            p.add_argument("--out", metavar="OUT", help="build, from-slime: the rows file to write (.parquet); "
                                                          "to-slime: the folder to write the dump to")
             p.add_argument("--overlong", choices=["drop", "truncate"], default="drop",
                            help="build: what to do with a record longer than a row (default drop; both are counted)")

@@ -190,6 +190,9 @@ def check(args: Mapping, env: Mapping, world_size: int, gpu: Optional[str] = Non
     cp, ep = sizes["--context-parallel-size"], sizes["--expert-model-parallel-size"]
     etp = _int(args, "--expert-tensor-parallel-size", tp) or tp
     model_parallel = tp * pp * cp
+    if world_size <= 0:
+        bad("world-size", "the recipe asks for no GPU", "give its worker groups their nvidia.com/gpu limits")
+        return out
     if world_size % model_parallel:
         bad("world-size", "world size %d is not divisible by TP x PP x CP = %d x %d x %d = %d"
             % (world_size, tp, pp, cp, model_parallel), "choose parallel sizes whose product divides the GPU count")

@@ -13,7 +13,7 @@ import datetime
 import os
 from pathlib import Path
 
-from . import levers as levers_mod
+from . import files, levers as levers_mod
 from .errors import CheckFailed, InputError
 
 HEADING = "# Campaign lessons"
@@ -66,18 +66,14 @@ def entry(snapshot, run_id: str, text: str, lever: str = None, today: str = None
     text = " ".join((text or "").split())
     if not text:
         raise InputError("--text is empty: say the setup (model, GPUs, layout) and what to do differently next time")
-    lever = (lever or run.lever or "").strip()
     path = snapshot.campaign.dir / "levers.md"
+    text_now = _read(path)
+    catalog = levers_mod.catalog_ids(path, text_now)
+    lessons = levers_mod.parse_lessons(text_now)
     try:
-        text_now = _read(path)
-        catalog = {item["id"] for item in levers_mod.parse(text_now)}
-        lessons = levers_mod.parse_lessons(text_now)
+        lever = levers_mod.lever_name(lever or run.lever, catalog, path)
     except ValueError as exc:
-        raise InputError("%s does not parse (%s). Fix: restore the catalog part from skill/references/levers.md"
-                         % (path, exc))
-    if lever not in catalog and not lever.startswith("other: "):
-        raise InputError("lever %r is not in levers.md. Fix: --lever with a catalog id, or --lever 'other: <flag>' "
-                         "for a change outside the catalog" % lever)
+        raise InputError("--lever: %s" % exc)
     done = [item for item in lessons if run_id in item.get("Runs", "").replace(",", " ").split()]
     if done:
         raise InputError("run %s has a lesson already (%s %s): one lesson per tested change"
@@ -93,11 +89,7 @@ def entry(snapshot, run_id: str, text: str, lever: str = None, today: str = None
 
 
 def _read(path: Path) -> str:
-    try:
-        return path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise InputError("%s: cannot read the campaign's lever catalog (%s). Fix: restore it from "
-                         "skill/references/levers.md" % (path, exc))
+    return files.read_text(path, "lever catalog", "restore the campaign's levers.md from skill/references/levers.md")
 
 
 def append(path: Path, text: str) -> None:

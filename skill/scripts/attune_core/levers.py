@@ -7,9 +7,12 @@ indented lines). Entries end at ``## Appending lessons``; dated lessons a campai
 
 from __future__ import annotations
 
+import difflib
 import re
 from pathlib import Path
 from typing import Dict, List
+
+from . import files
 
 FIELDS = ("Flags", "Mechanism", "Addresses", "Evidence", "Couples with", "Memory", "Correctness", "Pitfalls")
 LESSON_FIELDS = ("Runs", "Result", "Verdict", "Lesson")
@@ -19,7 +22,8 @@ CATALOG = Path(__file__).resolve().parents[2] / "references" / "levers.md"
 
 _ID = re.compile(r"^[a-z0-9][a-z0-9-]*$")
 _FIELD = re.compile(r"^- \*\*(?P<name>[^*]+)\*\*:\s*(?P<text>.*)$")
-_LESSON = re.compile(r"^### (?P<date>\d{4}-\d{2}-\d{2}) (?P<lever>\S+|other: \S+) \(campaign (?P<campaign>[^)]+)\)\s*$")
+_LESSON = re.compile(r"^### (?P<date>\d{4}-\d{2}-\d{2}) (?P<lever>other: \S+|\S+) \(campaign (?P<campaign>[^)]+)\)\s*$")
+_OTHER = re.compile(r"^other:\s*(?P<flag>\S+)$")
 _FLAG = re.compile(r"(?<![\w-])(--[a-z0-9][a-z0-9_-]*)")
 _ENV = re.compile(r"(?<![\w-])([A-Z][A-Z0-9_]{2,})=")
 
@@ -107,4 +111,45 @@ def parse_lessons(text: str) -> List[dict]:
 
 
 def load(path: Path = CATALOG) -> List[dict]:
-    return parse(Path(path).read_text())
+    return parse(Path(path).read_text(encoding="utf-8"))
+
+
+def campaign_catalog(campaign_dir) -> tuple:
+    """``(path, text)`` of the catalog a campaign's levers are named from: its ``levers.md`` (the
+    catalog and its lessons), else the skill's ``references/levers.md``."""
+    path = Path(campaign_dir) / "levers.md"
+    if not path.exists():
+        path = CATALOG
+    return path, files.read_text(path, "lever catalog", "restore it from skill/references/levers.md")
+
+
+def catalog_ids(path, text: str) -> set:
+    """The lever ids of the catalog ``text`` read from ``path``; an ``InputError`` naming ``path`` when it does
+    not parse or holds no lever."""
+    from .errors import InputError
+    try:
+        ids = {item["id"] for item in parse(text)}
+        parse_lessons(text)
+    except ValueError as exc:
+        raise InputError("%s does not parse (%s). Fix: restore the catalog part from skill/references/levers.md"
+                         % (path, exc))
+    if not ids:
+        raise InputError("%s: holds no lever (no `## <lever-id>` entry), so not a lever catalog. Fix: restore it "
+                         "from skill/references/levers.md" % path)
+    return ids
+
+
+def lever_name(text: str, catalog, where="levers.md") -> str:
+    """``text`` as a lever: a catalog id, or ``other: <flag>`` for a change outside the catalog
+    (``other:<flag>`` is read the same). Returns the lever as recorded (``other: <flag>``, one
+    space); raises ``ValueError`` naming the rule otherwise. ``catalog`` is the ids, read from ``where``."""
+    text = (text or "").strip()
+    other = _OTHER.match(text)
+    if other:
+        return "other: " + other.group("flag")
+    if text in catalog:
+        return text
+    near = difflib.get_close_matches(text, sorted(catalog), n=3)
+    raise ValueError("lever %r is not in %s%s. Fix: a catalog id (a `## <id>` heading there), or 'other: <flag>' "
+                     "for a change outside the catalog" % (
+                         text, where, " (did you mean %s?)" % ", ".join(near) if near else ""))

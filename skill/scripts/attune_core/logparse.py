@@ -18,7 +18,8 @@ Formats (facts in the project's reference on Megatron-LM, Megatron-Bridge and sl
 
 The log is read line by line (bounded memory for any size). A value the line does not print is
 ``None``, never a guess; a line that looks like a record but cannot be read becomes a warning
-that names the line. Nothing here raises on bad input.
+that names the line. Nothing here raises on bad input: ``refusal`` says when a file is not a log
+(empty, mostly binary, or nothing recognised), for the verbs that must refuse it.
 """
 
 from __future__ import annotations
@@ -285,29 +286,63 @@ def parse_lines(lines: Iterable[str]) -> dict:
     return parser.result()
 
 
+# Text that is not a log: characters that did not decode (U+FFFD) or NUL, as a share of those read.
+# A real log holds a few stray bytes; random, compressed or columnar data about half.
+BINARY_SHARE = 0.25
+LINE_CHARS = 8 * CHUNK_CHARS  # a longer "line" (data without newlines) is parsed in pieces of this size
+
+
 def parse_file(path) -> dict:
     """Parse a log file in chunks of whole lines (memory bounded by the chunk and the records
-    found, not the file); undecodable bytes are replaced, not fatal."""
+    found, not the file); undecodable bytes are replaced, not fatal, and counted in
+    ``text`` (``chars``, ``undecodable``: U+FFFD or NUL, ``stopped``: reading ended early because
+    the first chunk was mostly binary). ``refusal`` says whether the result is a log at all."""
     parser = _Parser()
     line_no = 1
+    text = {"chars": 0, "undecodable": 0, "stopped": False}
     with open(path, "r", encoding="utf-8", errors="replace", newline="") as handle:
         carry = ""
         while True:
             block = handle.read(CHUNK_CHARS)
             if not block:
                 break
+            first = text["chars"] == 0
+            text["chars"] += len(block)
+            text["undecodable"] += block.count("\ufffd") + block.count("\x00")
+            if first and text["undecodable"] > BINARY_SHARE * text["chars"] and len(block) == CHUNK_CHARS:
+                text["stopped"] = True  # a large file that starts as binary: no need to read the rest
+                break
             block = carry + block
             cut = block.rfind("\n") + 1
-            if cut == 0:  # one line longer than a chunk: keep reading until it ends
+            if cut == 0 and len(block) < LINE_CHARS:  # one line longer than a chunk: keep reading until it ends
                 carry = block
                 continue
+            cut = cut or len(block)
             carry = block[cut:]
             line_no = parser.feed(block[:cut], line_no)
         if carry:
             parser.feed(carry, line_no)
     result = parser.result()
     result["path"] = str(path)
+    result["text"] = text
     return result
+
+
+def refusal(parsed: dict) -> Optional[str]:
+    """Why a parsed file is not a training log, or None when it is one: it is empty, mostly binary,
+    or holds no record and no failure this parser recognises (a valid log with no iteration but a
+    recognised failure, an OOM say, is a log)."""
+    text = parsed.get("text") or {}
+    chars, undecodable = text.get("chars", 0), text.get("undecodable", 0)
+    if not chars:
+        return "is empty"
+    if undecodable > BINARY_SHARE * chars:
+        return "mostly binary (%d%% of the %s characters read are not UTF-8 text)" % (
+            round(100.0 * undecodable / chars), "first %d" % chars if text.get("stopped") else "%d" % chars)
+    if not any(parsed.get(key) for key in ("steps", "memory", "timers", "bridge_steps", "perf", "failures",
+                                          "warnings")):
+        return "holds no Megatron-LM, Megatron-Bridge or slime record and no failure this parser recognises"
+    return None
 
 
 def last_run_start(steps: list) -> int:

@@ -22,6 +22,7 @@ from typing import Optional
 
 import yaml
 
+from . import files
 from .command import Command
 from .errors import InputError
 
@@ -99,7 +100,8 @@ class Recipe(object):
         try:
             root = yaml.compose(text, Loader=yaml.SafeLoader)
         except yaml.YAMLError as exc:
-            raise InputError("%s is not valid YAML: %s" % (source, str(exc).splitlines()[0]))
+            raise InputError("%s: not valid YAML (%s), so not a RayJob recipe. Fix: give a RayJob YAML"
+                             % (source, files.yaml_problem(exc)))
         if _get(root, "kind") is None or _get(root, "kind").value != "RayJob":
             raise InputError("%s: kind is not RayJob. Fix: give a RayJob manifest (apiVersion ray.io/v1)" % source)
         self.spec = _get(root, "spec")
@@ -110,6 +112,11 @@ class Recipe(object):
         self.command = Command(entry.value)
         env_node = _get(self.spec, "runtimeEnvYAML")
         self._env = _Scalar(text, env_node) if isinstance(env_node, yaml.ScalarNode) else None
+
+    @classmethod
+    def load(cls, path, what: str = "RayJob YAML recipe") -> "Recipe":
+        """The recipe in the file ``path``; one ``InputError`` line naming it when it cannot be one."""
+        return cls(files.read_text(path, what, "give a RayJob YAML (apiVersion ray.io/v1, kind RayJob)"), str(path))
 
     # ------------------------------------------------------------------ reading
     def args(self) -> dict:
@@ -134,12 +141,29 @@ class Recipe(object):
             replicas = _get(group, "replicas")
             gpus = self._gpu_node(group)
             out.append({"group": _get(group, "groupName").value if _get(group, "groupName") else None,
-                        "replicas": int(replicas.value) if replicas is not None else 1,
-                        "gpus_per_worker": int(gpus.value) if gpus is not None else 0})
+                        "replicas": self._count(replicas, "replicas", 1),
+                        "gpus_per_worker": self._count(gpus, "nvidia.com/gpu", 0)})
         return out
+
+    def _count(self, node, name: str, default: int) -> int:
+        if node is None:
+            return default
+        value = node.value if isinstance(node, yaml.ScalarNode) else None
+        try:
+            return int(value)
+        except (TypeError, ValueError):
+            raise InputError("%s: a worker group's %s is %r, not a whole number. Fix: write a number there"
+                             % (self.source, name, value if value is not None else node.tag))
 
     def gpus(self) -> int:
         return sum(worker["replicas"] * worker["gpus_per_worker"] for worker in self.workers())
+
+    def require_gpus(self) -> "Recipe":
+        """This recipe, when its worker groups ask for GPUs; else one ``InputError`` line naming it."""
+        if self.gpus() <= 0:
+            raise InputError("%s: no worker group asks for nvidia.com/gpu (a recipe cut short?). Fix: give the "
+                             "RayJob's workerGroupSpecs their nvidia.com/gpu limits" % self.source)
+        return self
 
     def _groups(self) -> list:
         cluster = _get(self.spec, "rayClusterSpec")

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 from typing import Optional
 
-from . import backends, budget as budget_mod, legality, podhooks, workload
+from . import backends, budget as budget_mod, files, legality, podhooks, workload
 from . import snapshot as snapshot_mod
 from .campaign import Campaign
 from .chainlog import parse_ts
@@ -77,13 +77,14 @@ def launch(campaign: Campaign, settings, run: str = None, baseline: bool = False
             raise CheckFailed("the baseline is not a legal Megatron-LM configuration: %s"
                               % "; ".join(str(v) for v in violations))
         purpose, parent = ("repeat", first_baseline) if first_baseline else ("baseline", None)
-        text = recipe.render()
+        text, recipe_path = recipe.render(), settings.baseline_yaml
     elif repeat_of or profile_of:
         source = repeat_of or profile_of
         if source not in launches:
             raise InputError("--%s %s: the ledger has no launch of that run"
                              % ("repeat-of" if repeat_of else "profile-of", source))
-        text = (campaign.run_dir(source) / "recipe.yaml").read_text(encoding="utf-8")
+        recipe_path = campaign.run_dir(source) / "recipe.yaml"
+        text = _recipe_text(recipe_path)
         purpose, parent = ("profile" if profile_of else "confirm" if confirm else "repeat"), source
         if profile_of:
             record = {"pod_hooks": PROFILE_HOOKS}
@@ -97,13 +98,14 @@ def launch(campaign: Campaign, settings, run: str = None, baseline: bool = False
         if not path.is_file():
             raise InputError("run %s has no candidate record (%s). Fix: write it with `attune candidate new`"
                              % (run, path))
-        record = json.loads(path.read_text())
-        text = (campaign.run_dir(run) / "recipe.yaml").read_text(encoding="utf-8")
+        record = _candidate_record(path)
+        recipe_path = campaign.run_dir(run) / "recipe.yaml"
+        text = _recipe_text(recipe_path)
         purpose = "candidate"
         parent = first_baseline if record["parent"] == "baseline" else record["parent"]
         if parent is None:
             raise InputError("launch the baseline first (`attune launch --baseline`): the candidate's parent is it")
-    recipe = Recipe(text)
+    recipe = Recipe(text, str(recipe_path)).require_gpus()
     hooks = _merge_hooks(record.get("pod_hooks") or [], pod_hooks or [])
     if hooks:  # checked before anything is written
         podhooks.check(hooks)
@@ -194,7 +196,7 @@ def finalize(campaign: Campaign, settings, run: str, hang_after_s: float = HANG_
         status = backend.teardown(run_dir)
     else:
         events = tuple(backend.events(run))
-    recipe = Recipe((run_dir / "recipe.yaml").read_text(encoding="utf-8"))
+    recipe = Recipe.load(run_dir / "recipe.yaml")
     seq = recipe.args().get("--seq-length")
     try:
         log = backend.log_path(run_dir)
@@ -212,6 +214,24 @@ def finalize(campaign: Campaign, settings, run: str, hang_after_s: float = HANG_
     if status.state != "torn_down":  # the run is recorded: release what it still holds
         backend.teardown(run_dir)
     return row
+
+
+def _recipe_text(path: Path) -> str:
+    """A run's recipe text as written (its bytes are what ``recipe_sha256`` hashes)."""
+    return files.read_text(path, "RayJob YAML recipe", "write the run again with `attune candidate new`")
+
+
+def _candidate_record(path: Path) -> dict:
+    text = files.read_text(path, "candidate record", "write the run again with `attune candidate new`")
+    try:
+        record = json.loads(text)
+    except ValueError as exc:
+        raise InputError("%s: not JSON (%s), so not a candidate record. Fix: write the run again with `attune "
+                         "candidate new`" % (path, exc))
+    if not isinstance(record, dict) or not isinstance(record.get("parent"), str):
+        raise InputError("%s: not a candidate record (no parent). Fix: write the run again with `attune candidate "
+                         "new`" % path)
+    return record
 
 
 def simulated_seconds(log: Path) -> Optional[float]:
@@ -250,7 +270,7 @@ def topology(campaign: Campaign, settings, run: str) -> dict:
             log = None
     if log is not None and not log.is_file():  # the local backend names the log the run has not written
         log = None
-    summary = topology_mod.summarize(Recipe((run_dir / "recipe.yaml").read_text(encoding="utf-8")), log,
+    summary = topology_mod.summarize(Recipe.load(run_dir / "recipe.yaml"), log,
                                      backend.cluster_facts(run))
     (run_dir / "topology.json").write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
     baseline = _first_baseline(launches)

@@ -22,7 +22,8 @@ import shlex
 from pathlib import Path
 from typing import Mapping, Optional
 
-from .errors import SettingsError
+from . import files
+from .errors import InputError, SettingsError
 
 PREFIXES = ("ATTUNE_", "AUTOTUNE_")
 # Variables with these prefixes that are not settings: where a command works (campaign, test corpus),
@@ -220,19 +221,26 @@ def differences(frozen: Settings, env: Mapping[str, str] = None, config_file=Non
 
 
 def parse_env_file(path) -> dict:
-    """Read ``KEY=value`` lines (optional ``export``, shell quoting, ``#`` comments)."""
+    """Read ``KEY=value`` lines (optional ``export``, shell quoting, ``#`` comments).
+
+    A file that holds no setting (only comments), or more lines that are not ``KEY=value`` than
+    lines that are, is not a settings file: one line says so instead of one per line."""
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise SettingsError(["%s: cannot read the settings file (%s). Fix: give an existing config.env."
-                             % (path, exc.strerror)])
+        text = files.read_text(path, "settings file", "give a config.env of KEY=value lines (`attune settings "
+                               "--example` prints one)")
+    except InputError as exc:
+        raise SettingsError([str(exc)])
     values = {}
     problems = []
+    lines, first_bad = 0, None
     for number, raw in enumerate(text.splitlines(), 1):
         line = raw.strip()
         if not line or line.startswith("#"):
             continue
+        lines += 1
+        if len(problems) == 0:
+            first_bad = (number, raw)
         if line.startswith("export "):
             line = line[len("export "):].strip()
         key, sep, rest = line.partition("=")
@@ -251,6 +259,13 @@ def parse_env_file(path) -> dict:
                             % (path, number, key, key, shlex.quote(" ".join(parts))))
             continue
         values[key] = parts[0] if parts else ""
+    if not lines:
+        raise SettingsError(["%s: holds no setting, only comments. Fix: write one setting per line as KEY=value "
+                             "(`attune settings --example` lists them)" % path])
+    if len(problems) > len(values):
+        raise SettingsError(["%s: not a settings file: %d of its %d lines are not KEY=value settings (line %d: %r). "
+                             "Fix: give a config.env of KEY=value lines (`attune settings --example` prints one)"
+                             % ((path, len(problems), lines) + first_bad)])
     if problems:
         raise SettingsError(problems)
     return values
@@ -424,7 +439,8 @@ def freeze(settings: Settings, campaign_dir) -> Path:
     text = settings.render_env()
     if path.exists():
         # a copy frozen before a setting was added lacks its line: it is the same settings if it loads to them
-        if path.read_text(encoding="utf-8") != text and load(parse_env_file(path)) != settings:
+        frozen = files.read_text(path, "frozen settings file", "restore it, or start a new campaign directory")
+        if frozen != text and load(parse_env_file(path)) != settings:
             raise SettingsError(["%s: the campaign already has different frozen settings. Fix: resume with the "
                                  "settings it started with, or start a new campaign directory" % path])
         return path
@@ -436,8 +452,21 @@ def freeze(settings: Settings, campaign_dir) -> Path:
 
 
 def for_campaign(campaign_dir, env: Mapping[str, str] = None, config_file=None) -> Settings:
-    """The campaign's frozen settings when it has them, else the environment (and config file)."""
+    """The campaign's frozen settings when it has them, else the environment (and config file).
+    A config file given is read either way, so that one it cannot read is refused, never ignored."""
     path = frozen_path(campaign_dir)
     if path.exists():
-        return load(parse_env_file(path))
+        if config_file is not None:
+            parse_env_file(config_file)
+        values = parse_env_file(path)
+        fix = "Fix: restore the settings the campaign started with (its first ledger row has their settings_sha256)"
+        with open(path, "rb") as handle:  # freeze writes whole lines: a last line without its newline was cut
+            handle.seek(-1, os.SEEK_END)
+            if handle.read(1) != b"\n":
+                raise SettingsError(["%s: ends mid-line, so it was cut short. %s" % (path, fix)])
+        try:
+            return load(values)
+        except SettingsError as exc:
+            raise SettingsError(["%s: the campaign's frozen settings are not valid (%s). %s"
+                                 % (path, "; ".join(exc.problems), fix)])
     return load(env, config_file)

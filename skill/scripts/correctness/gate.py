@@ -21,7 +21,7 @@ import re
 from pathlib import Path
 from typing import Optional
 
-from attune_core import logparse
+from attune_core import files, logparse
 from attune_core.command import Command
 from attune_core.errors import InputError
 from attune_core.recipe import Recipe
@@ -70,11 +70,12 @@ def load_run(path, role: str = "run") -> RunDir:
                          "and log.txt" % (role, directory))
     gpus = None
     if (directory / "recipe.yaml").is_file():
-        recipe = Recipe((directory / "recipe.yaml").read_text(encoding="utf-8"), str(directory / "recipe.yaml"))
+        recipe = Recipe.load(directory / "recipe.yaml")
         args, env, gpus = recipe.args(), recipe.env(), recipe.gpus() or None
     elif (directory / "local.json").is_file():
+        text = files.read_text(directory / "local.json", "local job file", "give the file the local backend wrote")
         try:
-            job = json.loads((directory / "local.json").read_text(encoding="utf-8"))
+            job = json.loads(text)
             command = Command(job["command"])
             env = {str(k): str(v) for k, v in (job.get("env") or {}).items()}
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
@@ -89,6 +90,10 @@ def load_run(path, role: str = "run") -> RunDir:
     if not log.is_file():
         raise InputError("%s %s: has no log.txt. Fix: finalize the run first, or copy its log there" % (role, directory))
     parsed = logparse.parse_file(log)
+    refused = logparse.refusal(parsed)
+    if refused:
+        raise InputError("%s: %s, so not a training log. Fix: give the %s's run directory with the log its run "
+                         "wrote" % (log, refused, role))
     warnings = list(parsed.get("warnings", []))
     records = parsed["steps"]
     start = logparse.last_run_start(records)
@@ -162,7 +167,7 @@ def run_gate(baseline_dir, candidate_dir, repeat_dirs=(), steps=DEFAULT_STEPS, r
     if not window or window[-1] < last:
         raise InputError("baseline %s: logged steps %s; the gate compares steps %d-%d. Fix: give a baseline that "
                          "ran at least %d steps with --log-interval 1, or pass --steps"
-                         % (baseline.path, "%d-%d" % (min(baseline.steps), baseline.last_step) if baseline.steps
+                         % (baseline.path / "log.txt", "%d-%d" % (min(baseline.steps), baseline.last_step) if baseline.steps
                             else "none", first, last, last))
     base_loss = [baseline.steps[s]["loss"] for s in window]
     if not all(math.isfinite(v) for v in base_loss):

@@ -36,6 +36,7 @@ from typing import Optional
 
 import yaml
 
+from attune_core import files
 from attune_core.errors import InputError
 
 RULES_FILE = Path(__file__).resolve().parent / "rules" / "numerics_list.yaml"
@@ -161,14 +162,12 @@ def _parse(data, path: str, overrides: bool) -> dict:
 
 
 def _load_yaml(path: Path):
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise InputError("cannot read the gate rules %s: %s. Fix: check the path" % (path, exc.strerror))
+    text = files.read_text(path, "gate rules file (YAML)", "give a YAML file of rules (correctness/rules/README.md)")
     try:
         return yaml.safe_load(text), hashlib.sha256(text.encode("utf-8")).hexdigest()
     except yaml.YAMLError as exc:
-        raise InputError("%s is not valid YAML: %s" % (path, str(exc).splitlines()[0]))
+        raise InputError("%s: not valid YAML (%s), so not a gate rules file. Fix: see correctness/rules/README.md"
+                         % (path, files.yaml_problem(exc)))
 
 
 class Rules(object):

@@ -54,7 +54,9 @@ def check(path, seq_length=None, vocab_size=None, expect_sha=None, expect_source
             meta.get("format"), meta.get("format_version"), rows_mod.FORMAT, rows_mod.FORMAT_VERSION))
     seq = seq_length or meta.get("seq_length")
     if not seq:
-        raise InputError("%s: no sequence length to check against. Fix: pass --seq-length N" % path)
+        raise InputError("%s: %s, so no sequence length to check against. Fix: give a file `attune rows build` "
+                         "wrote, or pass --seq-length N" % (path, "no %s metadata" % rows_mod.META_KEY.decode()
+                                                            if not meta else "its metadata has no seq_length"))
     if seq_length and meta.get("seq_length") not in (None, seq_length):
         found.add(None, "metadata.seq_length", "%s, expected %d" % (meta.get("seq_length"), seq_length))
     vocab = vocab_size or meta.get("vocab_size")

@@ -28,6 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
+from attune_core.files import read_text
 from attune_core.errors import InputError
 
 from . import rows as rows_mod
@@ -72,6 +73,10 @@ def read_dump(path, expect_sha=None):
     if expect_sha is not None and sha != expect_sha:
         raise InputError("%s: its bytes hash to %s, not the %s the manifest lists: the file changed. Fix: write the "
                          "dump again with `attune rows to-slime`" % (path, sha, expect_sha))
+    if not raw.startswith((b"PK\x03\x04", b"\x80")):  # torch.save writes a zip archive (a pickle before torch 1.6)
+        raise InputError("%s: not a torch.save archive of plain values or tensors (%s). Fix: give the files "
+                         "--save-debug-rollout-data wrote" % (path, "it is empty" if not raw else
+                                                              "neither a zip archive nor a pickle"))
     torch = _torch()
     if torch is None:
         return _plain_load(raw, path), sha
@@ -82,6 +87,7 @@ def read_dump(path, expect_sha=None):
     except Exception as exc:  # torch raises UnpicklingError, RuntimeError, ... for what it will not load
         lines = str(exc).strip().splitlines() or [type(exc).__name__]
         reason = next((line.strip() for line in lines if "unsupported global" in line.lower()), lines[0].strip())
+        reason = reason.split(". ")[0]  # torch's first sentence says what; the rest is advice on weights_only
         raise InputError("%s: torch.load(weights_only=True) refuses it (%s). Fix: save plain values, tensors and "
                          "numpy arrays only (Sample.to_dict()), as slime's --save-debug-rollout-data does"
                          % (path, reason))
@@ -392,13 +398,12 @@ def to_slime(rows_path, out_dir) -> dict:
 def read_manifest(path) -> dict:
     """The manifest ``to_slime`` wrote, checked: format, seq_length, pad_token_id, files (plain ``.pt`` names)."""
     path = Path(path)
+    fix = "give the %s `attune rows to-slime` wrote" % MANIFEST
+    text = read_text(path, "dump manifest", fix)
     try:
-        manifest = json.loads(path.read_text())
-    except OSError as exc:
-        raise InputError("%s: cannot read the dump manifest (%s). Fix: give the %s `attune rows to-slime` wrote"
-                         % (path, exc.strerror or exc, MANIFEST))
+        manifest = json.loads(text)
     except ValueError as exc:
-        raise InputError("%s: not JSON (%s). Fix: give the %s `attune rows to-slime` wrote" % (path, exc, MANIFEST))
+        raise InputError("%s: not JSON (%s). Fix: %s" % (path, exc, fix))
     files = manifest.get("files") if isinstance(manifest, dict) else None
     if not isinstance(files, list) or not files or manifest.get("format") != DUMP_FORMAT \
             or manifest.get("format_version") != DUMP_VERSION or type(manifest.get("seq_length")) is not int \

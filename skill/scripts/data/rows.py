@@ -226,7 +226,8 @@ def open_file(path):
     try:
         handle = pq.ParquetFile(str(path))
     except Exception as exc:  # pyarrow raises ArrowInvalid, OSError, ... for a file that is not Parquet
-        raise InputError("%s: not a readable Parquet file (%s). Fix: rebuild it with `attune rows build`" % (path, exc))
+        raise InputError("%s: not a readable Parquet file (%s). Fix: rebuild it with `attune rows build`"
+                         % (path, " ".join(str(exc).split())))
     raw = (handle.metadata.metadata or {}).get(META_KEY)
     try:
         meta = json.loads(raw) if raw else None

@@ -134,10 +134,15 @@ def read_records(path, hasher=None):
                 for block in iter(lambda: handle.read(1 << 20), b""):
                     hasher.update(block)
         number = 0
-        for batch in pq.ParquetFile(path).iter_batches(batch_size=4096):
-            for record in batch.to_pylist():
-                yield "%s: row %d" % (path, number), record
-                number += 1
+        try:
+            batches = pq.ParquetFile(path).iter_batches(batch_size=4096)
+            for batch in batches:
+                for record in batch.to_pylist():
+                    yield "%s: row %d" % (path, number), record
+                    number += 1
+        except (OSError, ValueError) as exc:  # pyarrow's ArrowInvalid and ArrowIOError are among these
+            raise InputError("--input %s: not a readable Parquet file after %d records (%s). Fix: give a .jsonl or "
+                             ".parquet file of records" % (path, number, " ".join(str(exc).split())))
     else:
         raise InputError("--input %s: unknown format %r. Fix: give a .jsonl or .parquet file" % (path, suffix))
 

@@ -112,6 +112,7 @@ class RankTrace(object):
         self.metadata = {}
         self.warnings = []
         self.truncated = False
+        self.refusal = None  # why the file is not a trace (TraceReader.refusal)
         self.events = 0
         # GPU activities, one entry each
         self.ts = array("d")
@@ -241,6 +242,7 @@ def load(path, steps: Optional[tuple] = None) -> RankTrace:
     trace.metadata = reader.metadata
     trace.warnings.extend(reader.warnings)
     trace.truncated = reader.truncated
+    trace.refusal = reader.refusal
     trace.peak_allocated = peak
     _identify(trace)
     if steps is not None:

@@ -41,17 +41,19 @@ def parallel_layout(recipe_path, world_size: Optional[int]) -> dict:
     from attune_core.command import Command
     from attune_core.recipe import Recipe
 
+    from attune_core import files
+
     path = Path(recipe_path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise InputError("--recipe %s: cannot read it (%s)" % (path, exc.strerror))
+    json_job = path.suffix == ".json"
+    text = files.read_text(path, "local job file" if json_job else "RayJob YAML recipe",
+                           "give the run's recipe.yaml (a RayJob YAML) or local.json")
     gpus = None
-    if path.suffix == ".json":
+    if json_job:
         try:
             args = Command(json.loads(text)["command"]).args()
         except (ValueError, KeyError, TypeError) as exc:
-            raise InputError("--recipe %s: not a local job file with a `command` (%s)" % (path, exc))
+            raise InputError("%s: not a local job file with a `command` (%s). Fix: give the run's recipe.yaml or "
+                             "local.json" % (path, files.one_line(exc)))
     else:
         recipe = Recipe(text, str(path))
         args, gpus = recipe.args(), recipe.gpus() or None
@@ -111,7 +113,19 @@ def _aggregate(ranks: list) -> dict:
 
 def run(paths, steps: Optional[tuple] = None, recipe=None) -> dict:
     files = trace_files(paths)
-    traces = [collect.load(path, steps) for path in files]
+    traces = []
+    for path in files:
+        trace = collect.load(path, steps)
+        if trace.refusal:
+            raise InputError("%s: not a torch.profiler trace (%s). Fix: give the .json or .json.gz files the "
+                             "profiler wrote (tensorboard_trace_handler)" % (path, trace.refusal))
+        traces.append(trace)
+    if not any(trace.events for trace in traces):
+        first = traces[0]
+        raise InputError("%s%s: no trace event in %s (%s). Fix: give traces of a profiled step" % (
+            first.path, " and %d more" % (len(traces) - 1) if len(traces) > 1 else "",
+            "them" if len(traces) > 1 else "it",
+            "it ends before its first event" if first.truncated else "its traceEvents array is empty"))
     warnings = [w for t in traces for w in t.warnings]
     seen = {}
     kept = []

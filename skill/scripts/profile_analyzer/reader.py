@@ -10,14 +10,17 @@ the events come out one list per chunk. Two ways to cut a chunk into events:
 * any other layout (compact JSON, another writer) falls back to decoding one object at a time.
 
 A file that ends early (a truncated trace) yields the events before the cut and a warning naming
-the file; the caller reports a partial result.
+the file; the caller reports a partial result. A file that is not a trace at all (it does not start
+as a JSON object, or has no ``traceEvents`` key within its first HEADER_CHARS characters) yields
+nothing and says why in ``refusal``; it is never read further.
 """
 
 from __future__ import annotations
 
-import gzip
+import codecs
 import json
 import re
+import zlib
 from pathlib import Path
 
 try:
@@ -26,6 +29,7 @@ except ImportError:  # pragma: no cover - exercised where orjson is not installe
     _fast_loads = json.loads
 
 CHUNK_CHARS = 2 << 20
+HEADER_CHARS = 64 << 20  # Kineto's keys before the events (device properties, distributed info) are a few KB
 _KEY = '"traceEvents"'
 _SPACE = re.compile(r"[\s,]*")
 _EVENT_END = "\n  }"  # Kineto: an event's closing brace, indented by two spaces, alone on its line
@@ -41,35 +45,45 @@ class TraceReader(object):
         self.warnings = []
         self.truncated = False
         self.events_read = 0
+        self.refusal = None  # why the file is not a Chrome trace, or None
 
     def _open(self):
         with open(self.path, "rb") as probe:
             magic = probe.read(2)
         if magic == b"\x1f\x8b":
-            return gzip.open(self.path, "rt", encoding="utf-8", errors="replace")
+            return _GzipText(self.path)
         return open(self.path, "r", encoding="utf-8", errors="replace")
 
     def __iter__(self):
         try:
             with self._open() as handle:
                 yield from self._events(handle)
-        except (OSError, EOFError) as exc:  # a damaged gzip stream: keep what was read
+                damage = getattr(handle, "damage", None)
+        except OSError as exc:
+            damage = str(exc)
+        if damage and not self.truncated:  # the events before the damage were read; say the rest was not
             self.truncated = True
             self.warnings.append("%s: unreadable after %d events (%s); the result is partial"
-                                 % (self.path, self.events_read, exc))
+                                 % (self.path, self.events_read, damage))
 
     def _events(self, handle):
         buf = ""
         eof = False
         # 1. the header: everything before "traceEvents"
-        while _KEY not in buf and not eof:
+        opened = False  # the first character that is not white space was a "{"
+        while _KEY not in buf and not eof and len(buf) < HEADER_CHARS:
             block = handle.read(self.chunk_chars)
             eof = not block
             buf += block
+            if not opened and block.strip():
+                if not buf.lstrip().startswith("{"):
+                    self.refusal = "it does not start with a JSON object"
+                    return
+                opened = True
         at = buf.find(_KEY)
         if at < 0:
-            self._header(buf, final=True)
-            self.warnings.append("%s: no traceEvents array; not a Chrome trace" % self.path)
+            self.refusal = ("it is empty" if not buf.strip() else "a JSON object without a traceEvents array" if eof
+                            else "no traceEvents key in its first %d characters" % len(buf))
             return
         self._header(buf[:at], final=False)
         bracket = buf.find("[", at + len(_KEY))
@@ -162,3 +176,57 @@ class TraceReader(object):
             self.metadata.update(json.loads("{" + body + "}"))
         except ValueError:
             self.warnings.append("%s: the keys after traceEvents are not valid JSON; ignored" % self.path)
+
+
+class _GzipText(object):
+    """A gzip file read as text in pieces: a stream cut short or damaged gives the text decompressed
+    before the damage (``damage`` says what), where ``gzip.open`` would raise and lose the piece."""
+
+    PIECE = 1 << 20  # bytes read, and bytes decompressed, at a time
+
+    def __init__(self, path):
+        self.raw = open(path, "rb")
+        self.inflate = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        self.decoder = codecs.getincrementaldecoder("utf-8")("replace")
+        self.pending = []
+        self.size = 0
+        self.done = False
+        self.damage = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.raw.close()
+
+    def _more(self) -> None:
+        data = b""
+        try:
+            if self.inflate.unconsumed_tail:
+                data = self.inflate.decompress(self.inflate.unconsumed_tail, self.PIECE)
+            elif self.inflate.eof and self.inflate.unused_data:  # a second gzip member
+                rest = self.inflate.unused_data
+                self.inflate = zlib.decompressobj(16 + zlib.MAX_WBITS)
+                data = self.inflate.decompress(rest, self.PIECE)
+            else:
+                block = self.raw.read(self.PIECE)
+                if not block:
+                    self.done = True
+                    if not self.inflate.eof:
+                        self.damage = "the gzip stream ends early"
+                else:
+                    data = self.inflate.decompress(block, self.PIECE)
+        except zlib.error as exc:
+            self.done, self.damage = True, "damaged gzip data: %s" % exc
+        text = self.decoder.decode(data, final=self.done)
+        if text:
+            self.pending.append(text)
+            self.size += len(text)
+
+    def read(self, size: int = -1) -> str:
+        while not self.done and (size < 0 or self.size < size):
+            self._more()
+        text = "".join(self.pending)
+        out, rest = (text, "") if size < 0 else (text[:size], text[size:])
+        self.pending, self.size = ([rest] if rest else []), len(rest)
+        return out

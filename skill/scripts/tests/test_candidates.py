@@ -37,24 +37,24 @@ def test_a_candidate_is_written_with_its_record(campaign, capsys):
     assert "name: alice-llama8b-r001" in recipe.render()  # the baseline's own name, kept
     assert recipe.with_name("alice-llama8b-r007").render().count("alice-llama8b-r007") == 1
     # a child of that candidate gets the next id and records its own diff only
-    assert new(campaign, "--parent", "alice-llama8b-r001", "--env", "NCCL_NVLS_ENABLE=1", "--lever", "nccl-env",
+    assert new(campaign, "--parent", "alice-llama8b-r001", "--env", "NCCL_NVLS_ENABLE=1", "--lever", "nvls",
                "--hypothesis", "NVLS all-reduce") == 0
     child = json.loads((campaign.run_dir("alice-llama8b-r002") / "candidate.json").read_text())
     assert child["change"] == [{"op": "set", "env": "NCCL_NVLS_ENABLE", "value": "1"}]
 
 
 def test_illegal_and_shape_changing_candidates_are_refused(campaign, capsys):
-    assert new(campaign, "--parent", "baseline", "--set=--overlap-param-gather", "--lever", "overlap",
+    assert new(campaign, "--parent", "baseline", "--set=--overlap-param-gather", "--lever", "overlap-param-gather",
                "--hypothesis", "x") == 1
     assert "overlap-param-gather: --overlap-param-gather needs" in capsys.readouterr().err
-    assert new(campaign, "--parent", "baseline", "--set=--global-batch-size=256", "--lever", "gbs",
+    assert new(campaign, "--parent", "baseline", "--set=--global-batch-size=256", "--lever", "other: --global-batch-size",
                "--hypothesis", "x") == 2
     assert "not a lever" in capsys.readouterr().err
-    assert new(campaign, "--parent", "baseline", "--unset-env", "CUDA_DEVICE_MAX_CONNECTIONS", "--lever", "env",
+    assert new(campaign, "--parent", "baseline", "--unset-env", "CUDA_DEVICE_MAX_CONNECTIONS", "--lever", "cuda-device-max-connections",
                "--hypothesis", "x") == 1
     assert "cuda-device-max-connections" in capsys.readouterr().err
-    assert new(campaign, "--parent", "r999", "--set=--seed=1", "--lever", "x", "--hypothesis", "x") == 2
-    assert new(campaign, "--parent", "baseline", "--set=--bf16", "--lever", "x", "--hypothesis", "x") == 2
+    assert new(campaign, "--parent", "r999", "--set=--seed=1", "--lever", "other:--seed", "--hypothesis", "x") == 2
+    assert new(campaign, "--parent", "baseline", "--set=--bf16", "--lever", "other: --bf16", "--hypothesis", "x") == 2
     assert "nothing to try" in capsys.readouterr().err
     assert not list((campaign.dir / "runs").glob("*")), "nothing is written when a check fails"
 

@@ -31,7 +31,7 @@ def wait(campaign, settings, run, states, timeout=30.0):
 
 def candidate(campaign, mode):
     assert cli.main(["candidate", "new", "--campaign", str(campaign.dir), "--parent", "baseline",
-                     "--env", "FAKE_MODE=%s" % mode, "--lever", "test", "--hypothesis", mode]) == 0
+                     "--env", "FAKE_MODE=%s" % mode, "--lever", "other: FAKE_MODE", "--hypothesis", mode]) == 0
     return sorted(os.listdir(campaign.dir / "runs"))[-1]
 
 
@@ -107,7 +107,7 @@ def test_a_candidate_runs_through_its_pod_hooks(campaign):
     campaign, settings = campaign
     runs.launch(campaign, settings, baseline=True)
     assert cli.main(["candidate", "new", "--campaign", str(campaign.dir), "--parent", "baseline", "--env",
-                     "FAKE_TAG=hooks", "--lever", "test", "--hypothesis", "hooks",
+                     "FAKE_TAG=hooks", "--lever", "other: FAKE_TAG", "--hypothesis", "hooks",
                      "--pod-hook", "gpu_facts", "--pod-hook", "nccl_debug:level=WARN,subsys=INIT"]) == 0
     run = sorted(os.listdir(campaign.dir / "runs"))[-1]
     record = json.loads((campaign.run_dir(run) / "candidate.json").read_text())
@@ -137,7 +137,7 @@ def test_an_unknown_hook_is_refused_before_anything_is_written(campaign, capsys)
     campaign, settings = campaign
     before = sorted(os.listdir(campaign.dir / "runs")) if (campaign.dir / "runs").exists() else []
     assert cli.main(["candidate", "new", "--campaign", str(campaign.dir), "--parent", "baseline", "--set",
-                     "seed=3", "--lever", "test", "--hypothesis", "x", "--pod-hook", "flamegraph"]) == 2
+                     "seed=3", "--lever", "other: --seed", "--hypothesis", "x", "--pod-hook", "flamegraph"]) == 2
     assert "unknown hook flamegraph; valid hooks: gpu_facts, nccl_debug, oom_snapshot, profiler" in \
         capsys.readouterr().err
     assert cli.main(["launch", "--campaign", str(campaign.dir), "--baseline", "--pod-hook",

@@ -98,7 +98,7 @@ def test_config_file_errors_name_file_and_line(tmp_path):
     assert "config.env:2:" in info.value.problems[0]
     with pytest.raises(SettingsError) as info:
         s.load({}, tmp_path / "missing.env")
-    assert "cannot read the settings file" in info.value.problems[0]
+    assert "missing.env: no such file" in info.value.problems[0]
 
 
 def test_render_env_round_trips():

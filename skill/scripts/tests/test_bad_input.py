@@ -1,0 +1,537 @@
+"""Every verb that reads a file refuses what it cannot read: exit 2, one stderr line naming the file, no traceback.
+
+The file arguments are found in the parser: every argument whose metavar is one of ``cli.INPUT_METAVARS``
+(and ``--config``, which every verb that reads settings takes). Each must have a case below, so a new
+file argument without one fails ``test_every_file_argument_has_a_case``. Each case is fed the kinds of
+bad input in ``KINDS``; a kind a verb legitimately reads (a log cut short still holds its iterations) is
+listed in the case's ``readable`` with the exit code it gives and why. Beside the arguments, the files
+verbs read from a campaign (its frozen settings, its lever catalog, the runs' recipes and candidate
+records, the baseline recipe the settings name) get the same kinds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import io
+import json
+import random
+import re
+import shutil
+import subprocess
+import sys
+import traceback
+from pathlib import Path
+from typing import Callable
+
+import pytest
+from conftest import DATA, SCRIPTS
+from factory import Builder, settings as make_settings
+
+from attune_core import cli
+
+# empty; 8 KiB of random bytes; prose in Latin-1 (text, not UTF-8); the valid file with one byte that is not
+# UTF-8 (text formats only); the valid file cut in half; a valid file of another kind
+KINDS = ("empty", "random_bytes", "latin1_text", "stray_bytes", "truncated", "wrong_kind")
+REPORT_MD = ("# Campaign report: alice-llama8b\n\n| run | tokens/s/GPU | vs baseline | gate |\n|---|---|---|---|\n"
+             "| r004 | 20482.9 | +6.26% | pass |\n\nShipped: `recipe.yaml` (band 1.20%). Every number is from the "
+             "ledger.\n")
+LATIN1 = ("Résumé de la campagne: débit par GPU, mémoire, étapes réussies et échouées.\n" * 40).encode("latin-1")
+RECIPE = (DATA / "recipes" / "megatron_rayjob.yaml").read_bytes()
+LOG = (DATA / "logs" / "A_iteration" / "gpt2_fp16_zh_notes.log").read_bytes()
+GATE = DATA / "gate_cases" / "pass_tensor_parallel"
+CONFIG = b"# a campaign on this host\nATTUNE_RUN_PREFIX=me-x-\nATTUNE_BASELINE_YAML=b.yaml\nATTUNE_BACKEND=local\n" \
+         b"AUTOTUNE_BUDGET=5\n"
+RULES = b"""version: 1
+entries:
+  - name: --micro-batch-size
+    kind: arg
+    class: placement
+    exact: false
+    stacks: [megatron]
+    reason: "per-token loss: micro-batch grouping does not change the loss"
+    source: "reasoned"
+    justification: "every recipe in this campaign sets --calculate-per-token-loss"
+"""
+
+
+def bad(kind: str, valid: bytes, wrong: bytes) -> bytes:
+    if kind == "empty":
+        return b""
+    if kind == "random_bytes":
+        return random.Random(7).randbytes(8192)
+    if kind == "latin1_text":
+        return LATIN1
+    if kind == "stray_bytes":  # the valid file with a byte that is not UTF-8 at the start of its second line
+        at = valid.index(b"\n") + 1
+        return valid[:at] + b"\xe9" + valid[at:]
+    if kind == "truncated":
+        return valid[:len(valid) // 2]
+    return wrong
+
+
+def trace_text(kernels: bool = True) -> bytes:
+    """A small torch.profiler trace in Kineto's layout: three steps of launches and kernels (SYNTHETIC)."""
+    events, corr = [], 0
+    for step in range(1, 4):
+        start = step * 1000
+        events.append({"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#%d" % step, "pid": 1, "tid": 1,
+                       "ts": start, "dur": 900, "args": {}})
+        for k in range(3):
+            corr += 1
+            events.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1,
+                           "ts": start + 10 + k * 100, "dur": 5, "args": {"correlation": corr}})
+            if kernels:
+                events.append({"ph": "X", "cat": "kernel", "name": "sm90_gemm_%d" % k, "pid": 0, "tid": 7,
+                               "ts": start + 20 + k * 100, "dur": 80, "args": {"stream": 7, "correlation": corr}})
+    meta = {"schemaVersion": 1, "distributedInfo": {"backend": "nccl", "rank": 0, "world_size": 1}}
+    head = json.dumps(meta, indent=2)[:-2]
+    body = ",\n".join("  {\n    " + json.dumps(event)[1:-1] + "\n  }" for event in events)
+    return (head + ',\n  "traceEvents": [\n' + body + '\n  ],\n  "traceName": "t"\n}\n').encode()
+
+
+def gz(data: bytes) -> bytes:
+    import gzip
+    return gzip.compress(data, mtime=0)
+
+
+def attune(*argv):
+    """``(exit code, stdout, stderr)`` of the CLI run in this process; an exception that escapes it is a
+    traceback, which the CLI must never show: it comes back as exit code None with the traceback on stderr."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = cli.main([str(arg) for arg in argv])
+        except BaseException:  # noqa: B902 - every escape is the failure this test looks for
+            code = None
+            err.write(traceback.format_exc())
+    return code, out.getvalue(), err.getvalue()
+
+
+def assert_refused(result, named, kind):
+    code, _out, err = result
+    lines = err.strip().splitlines()
+    assert "Traceback" not in err, (kind, err)
+    assert code == 2, (kind, code, err)
+    assert len(lines) == 1, (kind, lines)
+    assert str(named) in lines[0], (kind, named, lines[0])
+
+
+# ---------------------------------------------------------------------------------------- the cases
+@dataclasses.dataclass
+class Case:
+    """One file a verb reads. ``write(tmp, data)`` puts ``data`` where the verb will read it and returns
+    ``(argv, the path its error line must name)``; ``valid``/``wrong`` give a good file of this kind and a
+    good file of another kind; ``readable`` maps a kind the verb reads to ``(exit code, why)``."""
+
+    id: str
+    verb: str
+    arg: str  # the parser's dest of the argument that names the file (or the folder holding it)
+    valid: Callable[[dict], bytes]
+    wrong: Callable[[dict], bytes]
+    write: Callable[[Path, bytes, dict], tuple]
+    readable: dict = dataclasses.field(default_factory=dict)
+    text: bool = True  # a text format: stray_bytes applies
+    needs: tuple = ()  # fixtures from ``data_files`` (rows, dumps, tokenizer)
+
+    def kinds(self):
+        return [kind for kind in KINDS if self.text or kind != "stray_bytes"]
+
+
+def _at(name, argv):
+    """A case writer: the file is ``tmp/name``; ``argv(path, tmp, files)`` is the command line."""
+    def write(tmp, data, files):
+        path = tmp / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+        return argv(path, tmp, files), path
+    return write
+
+
+def _run_dir(role, name, argv):
+    """A gate case: three run directories copied from a passing gate case; ``name`` in ``role``'s is replaced."""
+    def write(tmp, data, files):
+        dirs = {}
+        for each in ("baseline", "candidate", "repeat"):
+            dirs[each] = tmp / each
+            shutil.copytree(GATE / each, dirs[each])
+        (dirs[role] / name).write_bytes(data)
+        return argv(dirs), dirs[role] / name
+    return write
+
+
+def _gate_argv(dirs):
+    return ["gate", "--baseline", dirs["baseline"], "--candidate", dirs["candidate"], "--repeat", dirs["repeat"]]
+
+
+def _tokenizer_dir(tmp, data, files):
+    target = tmp / "tok"
+    shutil.copytree(files["tokenizer"], target)
+    (target / "tokenizer.json").write_bytes(data)
+    return ["rows", "build", "--input", files["records_jsonl"], "--tokenizer", target, "--seq-length", 128,
+            "--out", tmp / "out.parquet"], target
+
+
+def _manifest(tmp, data, files):
+    """A copy of a whole dump folder with its manifest replaced."""
+    folder = shutil.copytree(Path(files["manifest"]).parent, tmp / "dump")
+    (folder / "attune_dump.json").write_bytes(data)
+    return ["rows", "sha", folder / "attune_dump.json"], folder / "attune_dump.json"
+
+
+def _file(key):
+    return lambda files: Path(files[key]).read_bytes()
+
+
+TRACE = lambda path, tmp, files: ["profile", path]  # noqa: E731
+CASES = [
+    Case("metrics-log", "metrics", "log", lambda f: LOG, lambda f: RECIPE,
+         _at("log.txt", lambda path, tmp, files: ["metrics", path]),
+         readable={"stray_bytes": (0, "stray bytes in a log are replaced, as real logs hold some"),
+                   "truncated": (0, "a log cut short still holds the iterations before the cut")}),
+    Case("project-recipe", "project", "recipe", lambda f: RECIPE, lambda f: LOG,
+         _at("recipe.yaml", lambda path, tmp, files: ["project", path, "--hardware", "H100"])),
+    Case("profile-trace", "profile", "traces", lambda f: trace_text(), lambda f: b'{"run": "r004", "parent": "r001"}\n',
+         _at("rank0.json", TRACE),
+         readable={"stray_bytes": (0, "a stray byte in a trace is replaced; its events are still read"),
+                   "truncated": (0, "a trace cut short gives the events before the cut, marked PARTIAL")}),
+    Case("profile-trace-gz", "profile", "traces", lambda f: gz(trace_text()), lambda f: gz(REPORT_MD.encode()),
+         _at("rank0.json.gz", TRACE), text=False,
+         readable={"truncated": (0, "a gzip stream cut short gives the events decompressed before the cut, "
+                                    "marked PARTIAL")}),
+    Case("profile-recipe", "profile", "recipe", lambda f: RECIPE, lambda f: LOG,
+         _at("recipe.yaml", lambda path, tmp, files: ["profile", files["trace"], "--recipe", path]),
+         readable={"truncated": (0, "a recipe cut short is still a RayJob with an entrypoint; profile reads the "
+                                    "parallel flags it still holds")}),
+    Case("gate-baseline-recipe", "gate", "baseline", lambda f: (GATE / "baseline" / "recipe.yaml").read_bytes(), lambda f: LOG,
+         _run_dir("baseline", "recipe.yaml", _gate_argv),
+         readable={"truncated": (1, "a recipe cut short is still a RayJob; its missing arguments are changes the "
+                                    "configuration check fails")}),
+    Case("gate-baseline-log", "gate", "baseline", lambda f: (GATE / "baseline" / "log.txt").read_bytes(), lambda f: RECIPE,
+         _run_dir("baseline", "log.txt", _gate_argv),
+         readable={"stray_bytes": (0, "stray bytes in a log are replaced, as real logs hold some")}),
+    Case("gate-candidate-recipe", "gate", "candidate", lambda f: (GATE / "candidate" / "recipe.yaml").read_bytes(), lambda f: LOG,
+         _run_dir("candidate", "recipe.yaml", _gate_argv),
+         readable={"truncated": (1, "a recipe cut short is still a RayJob; its missing arguments are changes the "
+                                    "configuration check fails")}),
+    Case("gate-candidate-log", "gate", "candidate", lambda f: (GATE / "candidate" / "log.txt").read_bytes(), lambda f: RECIPE,
+         _run_dir("candidate", "log.txt", _gate_argv),
+         readable={"stray_bytes": (0, "stray bytes in a log are replaced, as real logs hold some"),
+                   "truncated": (1, "a candidate whose log stops early fails the gate's steps check")}),
+    Case("gate-repeat-recipe", "gate", "repeat", lambda f: (GATE / "repeat" / "recipe.yaml").read_bytes(), lambda f: LOG,
+         _run_dir("repeat", "recipe.yaml", _gate_argv),
+         readable={"truncated": (0, "a repeat's recipe is read for its arguments only; the gate compares its loss")}),
+    Case("gate-repeat-log", "gate", "repeat", lambda f: (GATE / "repeat" / "log.txt").read_bytes(), lambda f: RECIPE,
+         _run_dir("repeat", "log.txt", _gate_argv),
+         readable={"stray_bytes": (0, "stray bytes in a log are replaced, as real logs hold some"),
+                   "truncated": (0, "a repeat without every step is left out of the calibration, with a warning")}),
+    Case("gate-rules", "gate", "rules", lambda f: RULES, lambda f: RECIPE,
+         _at("rules.yaml", lambda path, tmp, files: _gate_argv({
+             each: shutil.copytree(GATE / each, tmp / each) for each in ("baseline", "candidate", "repeat")})
+             + ["--rules", path])),
+    Case("rows-build-input-jsonl", "rows", "input", _file("records_jsonl"), lambda f: REPORT_MD.encode(),
+         _at("records.jsonl", lambda path, tmp, files: ["rows", "build", "--input", path, "--tokenizer",
+                                                         files["tokenizer"], "--seq-length", 128, "--out",
+                                                         tmp / "out.parquet"]), needs=("rows",)),
+    Case("rows-build-input-parquet", "rows", "input", _file("records_parquet"), _file("rows"),
+         _at("records.parquet", lambda path, tmp, files: ["rows", "build", "--input", path, "--tokenizer",
+                                                           files["tokenizer"], "--seq-length", 128, "--out",
+                                                           tmp / "out.parquet"]), text=False, needs=("rows",)),
+    Case("rows-build-tokenizer", "rows", "tokenizer", _file("tokenizer_json"), lambda f: REPORT_MD.encode(),
+         _tokenizer_dir, needs=("rows",)),
+    Case("rows-sha-parquet", "rows", "file", _file("rows"), _file("records_parquet"),
+         _at("rows.parquet", lambda path, tmp, files: ["rows", "sha", path]), text=False, needs=("rows",)),
+    Case("rows-sha-manifest", "rows", "file", _file("manifest"), lambda f: b'{"run": "r004", "parent": "r001"}\n',
+         _manifest, needs=("slime",)),
+    Case("rows-check-parquet", "rows", "file", _file("rows"), _file("records_parquet"),
+         _at("rows.parquet", lambda path, tmp, files: ["rows", "check", path, "--campaign", tmp / "none"]),
+         text=False, needs=("rows",)),
+    Case("rows-from-slime", "rows", "file", _file("dump"), _file("rows"),
+         _at("0.pt", lambda path, tmp, files: ["rows", "from-slime", path, "--out", tmp / "out.parquet"]),
+         text=False, needs=("slime",)),
+    Case("rows-to-slime", "rows", "file", _file("slime_rows"), _file("rows"),
+         _at("rows.parquet", lambda path, tmp, files: ["rows", "to-slime", path, "--out", tmp / "dump"]),
+         text=False, needs=("slime",)),
+]
+
+
+# ---------------------------------------------------------------------------------------- the parser
+def _subparsers():
+    parser = cli.build_parser()
+    action = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return action.choices
+
+
+def file_arguments() -> set:
+    """``(verb, dest)`` of every argument that names a file or folder a verb reads."""
+    found = set()
+    for verb, sub in _subparsers().items():
+        for action in sub._actions:
+            if action.metavar in cli.INPUT_METAVARS and action.dest != "campaign":
+                found.add((verb, action.dest))
+    return found
+
+
+def config_verbs() -> list:
+    return sorted(verb for verb, sub in _subparsers().items() if any(a.dest == "config" for a in sub._actions))
+
+
+# what each verb that reads settings needs besides them, in the campaign of ``campaign()``
+MINIMAL = {
+    "init": [], "settings": [], "rank": ["--dry-run", "--no-chart"], "status": [], "budget": [],
+    "stop": ["--reason", "nothing left", "--evidence", "r001"], "lesson": ["r006", "--text", "t", "--dry-run"],
+    "candidate": ["new", "--parent", "baseline", "--set", "overlap-grad-reduce", "--lever", "overlap-grad-reduce",
+                  "--hypothesis", "h"],
+    "launch": ["--baseline"], "poll": ["r001"], "finalize": ["r001"], "teardown": ["r001"], "topology": ["r001"],
+    "gate": ["--run", "r006"], "profile": ["--run", "r001"], "report": [],
+}
+# help words of an argument that names a file; those that do but are not read are listed with why
+FILE_WORDS = re.compile(r"\b(file|folder|director(y|ies)|log|yaml)\b|\.(ya?ml|json|parquet|pt|md)\b", re.I)
+NOT_READ = {("rows", "out"): "an output: the file or folder the verb writes",
+            ("rank", "dry_run"): "a switch: RESULTS.md is written, not read",
+            ("init", "note"): "text", ("finalize", "hang_after"): "seconds",
+            ("rows", "seq_length"): "a number", ("rows", "vocab_size"): "a number",
+            ("candidate", "lever"): "a lever id; the catalog it is read from is the candidate-levers case",
+            ("candidate", "pod_hook"): "a hook name", ("launch", "pod_hook"): "a hook name",
+            ("gate", "run"): "a run id; a run directory's files are the gate-* cases",
+            ("profile", "run"): "a run id; its traces and recipe are the profile-* cases"}
+
+
+def test_every_file_argument_has_a_case():
+    covered = {(case.verb, case.arg) for case in CASES} | {(verb, "config") for verb in config_verbs()}
+    assert file_arguments() | {(verb, "config") for verb in config_verbs()} == covered
+    assert sorted(MINIMAL) == config_verbs(), "a verb that reads settings needs its MINIMAL arguments"
+    rows_actions = next(a for a in _subparsers()["rows"]._actions if a.dest == "action").choices
+    for action in rows_actions:  # each action of rows reads its own kind of file
+        assert any(case.id.startswith("rows-%s" % action) for case in CASES), action
+    for verb, sub in _subparsers().items():
+        for action in sub._actions:
+            if action.metavar in cli.INPUT_METAVARS or action.dest in ("help", "campaign") or action.choices:
+                continue
+            if FILE_WORDS.search(action.help or ""):
+                assert (verb, action.dest) in NOT_READ, \
+                    "%s %s speaks of a file: give it an input metavar (%s) and a case, or say why not" % (
+                        verb, action.option_strings or action.dest, ", ".join(cli.INPUT_METAVARS))
+
+
+@pytest.fixture(scope="module")
+def data_files(tmp_path_factory):
+    """The valid files of each kind the cases need; the rows and dumps only where the data extra is installed."""
+    root = tmp_path_factory.mktemp("valid")
+    files = {}
+    trace = root / "trace.json"
+    trace.write_bytes(trace_text())
+    files["trace"] = str(trace)
+    try:
+        import pyarrow  # noqa: F401
+        import transformers  # noqa: F401
+        import jinja2  # noqa: F401
+    except ImportError:
+        return files
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from test_rows import records, save_tokenizer, write_jsonl
+
+    from data import rows as rows_mod
+    tok = save_tokenizer(root / "tok")
+    files["tokenizer"], files["tokenizer_json"] = str(tok), str(tok / "tokenizer.json")
+    write_jsonl(root / "records.jsonl", records(5, n=40))
+    files["records_jsonl"] = str(root / "records.jsonl")
+    pq.write_table(pa.Table.from_pylist([{"prompt": r["messages"][0]["content"], "response": r["messages"][1][
+        "content"]} if "messages" in r else {"prompt": r["prompt"], "response": r["response"]} for r in records(6, 40)]),
+        root / "records.parquet")
+    files["records_parquet"] = str(root / "records.parquet")
+    rows_mod.build(root / "records.jsonl", tok, 128, root / "rows.parquet")
+    files["rows"] = str(root / "rows.parquet")
+    files["rows_ready"] = True
+    try:
+        import torch
+    except ImportError:
+        return files
+    from test_rollout import make_sample
+
+    from data import rollout
+    rng = random.Random(3)
+    torch.save({"rollout_id": 0, "samples": [make_sample(rng, 0, i) for i in range(8)]}, root / "0.pt")
+    files["dump"] = str(root / "0.pt")
+    rollout.from_slime(str(root / "0.pt"), root / "slime_rows.parquet", seq_length=256, vocab_size=1000)
+    files["slime_rows"] = str(root / "slime_rows.parquet")
+    rollout.to_slime(root / "slime_rows.parquet", root / "dump")
+    files["manifest"] = str(root / "dump" / rollout.MANIFEST)
+    files["slime_ready"] = True
+    return files
+
+
+def _needs(case, files):
+    if "rows" in case.needs and not files.get("rows_ready"):
+        pytest.skip("the data extra (pyarrow, transformers, jinja2) is not installed")
+    if "slime" in case.needs and not files.get("slime_ready"):
+        pytest.skip("torch is not installed")
+
+
+@pytest.mark.parametrize("case, kind", [pytest.param(case, kind, id="%s-%s" % (case.id, kind))
+                                        for case in CASES for kind in case.kinds()])
+def test_a_file_argument_refuses_what_it_cannot_read(case, kind, data_files, tmp_path):
+    _needs(case, data_files)
+    argv, named = case.write(tmp_path, bad(kind, case.valid(data_files), case.wrong(data_files)), data_files)
+    result = attune(*argv)
+    if kind in case.readable:
+        code, why = case.readable[kind]
+        assert result[0] == code and "Traceback" not in result[2], (why, result)
+    else:
+        assert_refused(result, named, kind)
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda case: case.id)
+def test_the_valid_file_of_each_case_is_read(case, data_files, tmp_path):
+    _needs(case, data_files)
+    argv, _named = case.write(tmp_path, case.valid(data_files), data_files)
+    code, _out, err = attune(*argv)
+    assert code == 0, err
+
+
+# ---------------------------------------------------------------------------------------- campaign files
+@pytest.fixture
+def campaign(tmp_path):
+    """A campaign on the local backend whose baseline recipe is a real file; candidates r004 (kept) and r006."""
+    baseline = tmp_path / "baseline.yaml"
+    baseline.write_bytes(RECIPE)
+    b = Builder(tmp_path / "c", make_settings(ATTUNE_BASELINE_YAML=str(baseline), ATTUNE_RUN_PREFIX="alice-x-"),
+                campaign_id="alice-x")
+    b.baseline(3, 1000.0)
+    for run, lever, step in (("r004", "overlap-grad-reduce", 900.0), ("r006", "ddp-bucket-size", 1100.0)):
+        b.launch(run, "candidate", run, parent="r001", lever=lever, hypothesis="h")
+        b.result(run, step)
+    return b.campaign
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("verb", config_verbs())
+def test_config_is_read_by_every_verb_that_takes_it(verb, kind, campaign, tmp_path):
+    config = tmp_path / "config.env"
+    config.write_bytes(bad(kind, CONFIG, REPORT_MD.encode()))
+    where = tmp_path / "new" if verb == "init" else campaign.dir
+    assert_refused(attune(verb, "--campaign", where, "--config", config, *MINIMAL[verb]), config, kind)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("verb", config_verbs())
+def test_the_frozen_settings_are_refused_by_every_verb_that_reads_them(verb, kind, campaign, tmp_path):
+    frozen = campaign.dir / ".attune" / "settings.env"
+    frozen.write_bytes(bad(kind, frozen.read_bytes(), REPORT_MD.encode()))
+    extra = ["--config", tmp_path / "config.env"] if verb == "init" else []
+    (tmp_path / "config.env").write_bytes(CONFIG)
+    assert_refused(attune(verb, "--campaign", campaign.dir, *extra, *MINIMAL[verb]), frozen, kind)
+
+
+def _candidate(campaign):
+    code, out, err = attune("candidate", "new", "--campaign", campaign.dir, *MINIMAL["candidate"][1:], "--json")
+    assert code == 0, err
+    return json.loads(out)["run"]
+
+
+CAMPAIGN_FILES = {
+    # id: (the file, relative to the campaign fixture's tmp_path or a run, the command)
+    "candidate-baseline": (lambda c, run: c.dir.parent / "baseline.yaml", lambda c, run: MINIMAL["candidate"]),
+    "candidate-parent": (lambda c, run: c.run_dir(run) / "recipe.yaml",
+                         lambda c, run: ["new", "--parent", run, "--set", "manual-gc", "--lever", "manual-gc",
+                                         "--hypothesis", "h"]),
+    "candidate-levers": (lambda c, run: c.dir / "levers.md", lambda c, run: MINIMAL["candidate"]),
+    "launch-baseline": (lambda c, run: c.dir.parent / "baseline.yaml", lambda c, run: ["--baseline"]),
+    "launch-recipe": (lambda c, run: c.run_dir(run) / "recipe.yaml", lambda c, run: [run]),
+    "launch-record": (lambda c, run: c.run_dir(run) / "candidate.json", lambda c, run: [run]),
+    "lesson-levers": (lambda c, run: c.dir / "levers.md", lambda c, run: MINIMAL["lesson"]),
+}
+CAMPAIGN_WRONG = {"candidate.json": b'{"run": "r004"}\n', "levers.md": RECIPE, "recipe.yaml": LOG,
+                  "baseline.yaml": LOG}
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("name", sorted(CAMPAIGN_FILES))
+def test_the_files_a_campaign_holds_are_refused_when_unreadable(name, kind, campaign):
+    where, argv = CAMPAIGN_FILES[name]
+    run = _candidate(campaign) if name in ("candidate-parent", "launch-recipe", "launch-record") else None
+    path = where(campaign, run)
+    valid = path.read_bytes()
+    path.write_bytes(bad(kind, valid, CAMPAIGN_WRONG[path.name]))
+    verb = name.split("-")[0]
+    assert_refused(attune(verb, "--campaign", campaign.dir, *argv(campaign, run)), path, kind)
+
+
+# ---------------------------------------------------------------------------------------- beside the table
+def test_a_log_with_a_failure_and_no_iteration_is_a_log(tmp_path):
+    code, out, err = attune("metrics", DATA / "logs" / "C_failures" / "mlm92_oom_old_format.log")
+    assert code == 0 and "triage: oom" in out, err
+
+
+def test_a_log_cut_before_its_first_record_is_refused(tmp_path):
+    head = tmp_path / "log.txt"
+    head.write_bytes(b"using world size: 8, data-parallel size: 8\n> building GPT model ...\n")
+    assert_refused(attune("metrics", head), head, "no record")
+
+
+def test_a_large_binary_file_is_refused_without_reading_it_all(tmp_path, monkeypatch):
+    from attune_core import logparse
+    monkeypatch.setattr(logparse, "CHUNK_CHARS", 1024)
+    path = tmp_path / "core.bin"
+    path.write_bytes(random.Random(3).randbytes(1 << 20))
+    parsed = logparse.parse_file(path)
+    assert parsed["text"]["stopped"] and parsed["text"]["chars"] == 1024
+    assert logparse.refusal(parsed).startswith("mostly binary")
+
+
+def test_a_line_longer_than_any_buffer_is_read_in_pieces(tmp_path, monkeypatch):
+    from attune_core import logparse
+    monkeypatch.setattr(logparse, "CHUNK_CHARS", 64)
+    monkeypatch.setattr(logparse, "LINE_CHARS", 256)
+    path = tmp_path / "log.txt"
+    line = b" iteration        1/      20 | lm loss: 1.0E+01 |\n"
+    path.write_bytes(b"x" * 5000 + b"\n" + line)
+    parsed = logparse.parse_file(path)
+    assert [step["line_no"] for step in parsed["steps"]] == [2]
+
+
+def test_a_trace_cut_before_its_first_event_is_refused(tmp_path):
+    text = trace_text()
+    path = tmp_path / "rank0.json"
+    path.write_bytes(text[:text.index(b"ProfilerStep#1")])
+    assert_refused(attune("profile", path), path, "no event")
+
+
+def test_a_real_trace_without_gpu_kernels_keeps_its_warning(tmp_path):
+    path = tmp_path / "cpu.json"
+    path.write_bytes(trace_text(kernels=False))
+    code, out, err = attune("profile", path)
+    assert code == 0 and "no GPU kernel in the traces" in out and "bottleneck: none above" in out, err
+
+
+@pytest.mark.parametrize("lever, recorded", [("other:--manual-gc", "other: --manual-gc"),
+                                             ("other: --manual-gc", "other: --manual-gc"), ("manual-gc", "manual-gc")])
+def test_a_lever_is_a_catalog_id_or_other(lever, recorded, campaign):
+    code, out, err = attune("candidate", "new", "--campaign", campaign.dir, "--parent", "baseline", "--set", "manual-gc",
+                            "--lever", lever, "--hypothesis", "h", "--json")
+    assert code == 0 and json.loads(out)["lever"] == recorded, err
+
+
+def test_a_lever_outside_the_catalog_is_refused(campaign):
+    code, _out, err = attune("candidate", "new", "--campaign", campaign.dir, *MINIMAL["candidate"][1:5],
+                             "--lever", "fp8-bogus", "--hypothesis", "h")
+    assert code == 2 and "lever 'fp8-bogus' is not in %s (did you mean fp8-" % (campaign.dir / "levers.md") in err, err
+    assert len(err.strip().splitlines()) == 1 and not (campaign.dir / "runs" / "alice-x-r001").exists()
+
+
+def test_the_real_script_prints_one_line_and_no_traceback(tmp_path):
+    """The same contract through ``python attune.py``, as the agent and the harness run it."""
+    empty, report = tmp_path / "empty.log", tmp_path / "REPORT.md"
+    empty.write_bytes(b"")
+    report.write_text(REPORT_MD)
+    latin = tmp_path / "recipe.yaml"
+    latin.write_bytes(b"# caf\xe9\n" + RECIPE)
+    for argv, named in ((["metrics", empty], empty), (["profile", report], report), (["project", latin], latin),
+                        (["metrics", report], report)):
+        proc = subprocess.run([sys.executable, str(SCRIPTS / "attune.py"), *map(str, argv)], capture_output=True,
+                              text=True)
+        lines = proc.stderr.strip().splitlines()
+        assert proc.returncode == 2 and len(lines) == 1 and str(named) in lines[0], (argv, proc.stderr)
+        assert proc.stdout == ""
