@@ -488,7 +488,7 @@ def cmd_profile(args) -> int:
         _check_config(args)
     if not traces:
         raise InputError("no traces: give trace files or folders, or --run RUN for a run launched with --profile-of")
-    result = profile_mod.run(traces, steps, recipe)
+    result = profile_mod.run(traces, steps, recipe, partial=args.partial)
     agg = result["aggregate"]
     lines = ["traces: %d file(s), %d rank(s)%s" % (len(result["files"]), agg["ranks"],
                                                   " (PARTIAL: a file ended early)" if result["partial"] else "")]
@@ -720,6 +720,9 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("--run", help="a run of the campaign launched through the profiler hook (--profile-of): "
                                          "its traces, fetched through the log pod on KubeRay, and its recipe")
             p.add_argument("--steps", metavar="A:B", help="only ProfilerStep#A to #B")
+            p.add_argument("--partial", action="store_true",
+                           help="analyze a trace that ends early (cut short) up to the cut, marked PARTIAL, instead of "
+                                "refusing it (exit 2)")
             p.add_argument("--recipe", metavar="FILE",
                            help="the run's recipe (RayJob YAML or local.json): parallel layout and micro-batches")
         elif name == "rows":

@@ -111,7 +111,9 @@ def _aggregate(ranks: list) -> dict:
     return out
 
 
-def run(paths, steps: Optional[tuple] = None, recipe=None) -> dict:
+def run(paths, steps: Optional[tuple] = None, recipe=None, partial: bool = True) -> dict:
+    """Analyze the traces in ``paths``. With ``partial`` False a trace that ends early is refused
+    (``InputError``) instead of read up to the cut."""
     files = trace_files(paths)
     traces = []
     for path in files:
@@ -119,6 +121,11 @@ def run(paths, steps: Optional[tuple] = None, recipe=None) -> dict:
         if trace.refusal:
             raise InputError("%s: not a torch.profiler trace (%s). Fix: give the .json or .json.gz files the "
                              "profiler wrote (tensorboard_trace_handler)" % (path, trace.refusal))
+        if trace.truncated and not partial and trace.events:
+            raise InputError("%s: the trace ends early, cut short after %d events: a profile of it would leave out "
+                             "whatever came after the cut. Fix: capture it again (the profiler writes the file when "
+                             "its last step ends), or pass --partial to analyze the events before the cut"
+                             % (path, trace.events))
         traces.append(trace)
     if not any(trace.events for trace in traces):
         first = traces[0]

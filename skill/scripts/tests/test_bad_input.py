@@ -194,12 +194,9 @@ CASES = [
          _at("recipe.yaml", lambda path, tmp, files: ["project", path, "--hardware", "H100"])),
     Case("profile-trace", "profile", "traces", lambda f: trace_text(), lambda f: b'{"run": "r004", "parent": "r001"}\n',
          _at("rank0.json", TRACE),
-         readable={"stray_bytes": (0, "a stray byte in a trace is replaced; its events are still read"),
-                   "truncated": (0, "a trace cut short gives the events before the cut, marked PARTIAL")}),
+         readable={"stray_bytes": (0, "a stray byte in a trace is replaced; its events are still read")}),
     Case("profile-trace-gz", "profile", "traces", lambda f: gz(trace_text()), lambda f: gz(REPORT_MD.encode()),
-         _at("rank0.json.gz", TRACE), text=False,
-         readable={"truncated": (0, "a gzip stream cut short gives the events decompressed before the cut, "
-                                    "marked PARTIAL")}),
+         _at("rank0.json.gz", TRACE), text=False),
     Case("profile-recipe", "profile", "recipe", lambda f: RECIPE, lambda f: LOG,
          _at("recipe.yaml", lambda path, tmp, files: ["profile", files["trace"], "--recipe", path]),
          readable={"truncated": (0, "a recipe cut short is still a RayJob with an entrypoint; profile reads the "
@@ -284,7 +281,7 @@ MINIMAL = {
     "candidate": ["new", "--parent", "baseline", "--set", "overlap-grad-reduce", "--lever", "overlap-grad-reduce",
                   "--hypothesis", "h"],
     "launch": ["--baseline"], "poll": ["r001"], "finalize": ["r001"], "teardown": ["r001"], "topology": ["r001"],
-    "gate": ["--run", "r006"], "profile": ["--run", "r001"], "report": [],
+    "gate": ["--run", "r006"], "profile": ["--run", "r001"], "report": [], "doctor": [],
 }
 # help words of an argument that names a file; those that do but are not read are listed with why
 FILE_WORDS = re.compile(r"\b(file|folder|director(y|ies)|log|yaml)\b|\.(ya?ml|json|parquet|pt|md)\b", re.I)
@@ -497,6 +494,18 @@ def test_a_trace_cut_before_its_first_event_is_refused(tmp_path):
     path = tmp_path / "rank0.json"
     path.write_bytes(text[:text.index(b"ProfilerStep#1")])
     assert_refused(attune("profile", path), path, "no event")
+
+
+@pytest.mark.parametrize("name", ["rank0.json", "rank0.json.gz"])
+def test_a_trace_cut_short_is_refused_unless_partial_is_asked_for(tmp_path, name):
+    text = trace_text()
+    data = gz(text) if name.endswith(".gz") else text
+    path = tmp_path / name
+    path.write_bytes(data[:len(data) * 3 // 4])
+    assert_refused(attune("profile", path), path, "the trace ends early")
+    code, out, err = attune("profile", path, "--partial", "--json")
+    result = json.loads(out)
+    assert code == 0 and result["partial"] is True and any(str(path) in w for w in result["warnings"]), err
 
 
 def test_a_real_trace_without_gpu_kernels_keeps_its_warning(tmp_path):
