@@ -21,6 +21,7 @@ from pathlib import Path
 from . import budget as budget_mod
 from . import campaign as campaign_mod
 from . import podhooks
+from . import ranking as ranking_mod
 from . import report as report_mod
 from . import results as results_mod
 from . import settings as settings_mod
@@ -152,10 +153,11 @@ def cmd_rank(args) -> int:
     lead = ranking.leader
     data = {"results": str(directory / campaign_mod.RESULTS), "chart": chart and str(directory / chart),
             "leader": lead.first.run if lead else None, "tokens_per_s_per_gpu": lead.score if lead else None,
-            "band": ranking.band, "leader_recorded": recorded is not None}
-    _emit(args, data, "results: %s\nchart: %s\nleader: %s\nband: %.4f%s" % (
-        data["results"], data["chart"] or "not drawn (%s)" % note, data["leader"] or "none", ranking.band,
-        "\nleader_recorded: yes" if recorded else ""))
+            "band": ranking.band, "band_full_range": ranking.band, "band_half_width": ranking.band_half_width,
+            "leader_recorded": recorded is not None}
+    _emit(args, data, "results: %s\nchart: %s\nleader: %s\nband: %s%s" % (
+        data["results"], data["chart"] or "not drawn (%s)" % note, data["leader"] or "none",
+        ranking_mod.band_text(ranking.band), "\nleader_recorded: yes" if recorded else ""))
     snap.finish()
     return EXIT_OK
 

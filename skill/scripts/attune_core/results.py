@@ -2,21 +2,22 @@
 
 The page is deterministic for a given set of rows: no clock, no host, nothing but the records.
 The throughput-over-runs chart is a PNG drawn with matplotlib when it is installed (the ``plot``
-extra); without it the page says so and renders all the same.
+extra); without it the page says so and renders all the same. Tables give each hypothesis one
+line (``one_line``); its full text is in the run's ``candidate.json``.
 """
 
 from __future__ import annotations
 
-import statistics
-
 import json
+import statistics
 from pathlib import Path
 from typing import Optional
 
 from .budget import BudgetState
-from .ranking import Ranking, RunView
+from .ranking import Ranking, RunView, band_text
 
 SIMULATED = "SIMULATED"
+HYPOTHESIS_CHARS = 80  # a hypothesis in a table: one line of about this many characters
 
 
 def pct(value: Optional[float]) -> str:
@@ -33,6 +34,18 @@ def cell(text) -> str:
     if "|" in text or "\\" in text or "\n" in text or "\r" in text:  # rare: test first, it is much cheaper
         text = text.replace("\\", "\\\\").replace("|", "\\|").replace("\r", " ").replace("\n", " ")
     return text.strip()
+
+
+def one_line(text, limit: int = HYPOTHESIS_CHARS) -> str:
+    """``text`` on one line of at most ``limit`` characters, cut at a word with ``…`` when longer."""
+    text = " ".join(str(text or "").split())
+    if len(text) <= limit:
+        return text
+    cut = text[:limit - 1]
+    space = cut.rfind(" ")
+    if space > limit // 2:
+        cut = cut[:space]
+    return cut.rstrip(" ,;:") + "…"
 
 
 def describe_change(change) -> str:
@@ -106,7 +119,8 @@ def render(ranking: Ranking, budget: BudgetState, campaign_id: str, ledger_rows:
         out.append("| Leader | %s: %s tokens/s/GPU, %s vs baseline (%d rankable run(s), gate %s)%s |" % (
             lead.first.run, tok(lead.score), pct(ranking.relative(lead.score, base)) or "+0.00%",
             len(lead.rankable), "n/a (baseline)" if lead.is_baseline else lead.gate, _sim(lead)))
-    band = "±%.2f%% (%s)" % (ranking.band * 100, ranking.band_basis)
+    band = "%s, from %s; a change counts when it exceeds the full range" % (band_text(ranking.band),
+                                                                            ranking.band_basis)
     if not ranking.band_established:
         band += "; not yet established: %d more baseline run(s) needed" % ranking.repeats_needed
     out.append("| Noise band | %s |" % band)
@@ -117,8 +131,11 @@ def render(ranking: Ranking, budget: BudgetState, campaign_id: str, ledger_rows:
     if ranking.stop:
         out.append("| Stop | recorded %s: %s (evidence: %s) |" % (
             ranking.stop["ts"], cell(ranking.stop["reason"]), ", ".join(ranking.stop["evidence"])))
-    out += ["", "## Runs", "",
-            "| run | purpose | parent | change | hypothesis | tokens/s/GPU | vs baseline | vs parent | band | gate | status |",
+    out += ["", "## Runs", ""]
+    if any(run.hypothesis for run in ranking.runs):
+        out += ["Each hypothesis is cut to one line; its full text is in `runs/<run>/candidate.json` (and the "
+                "run's launch row in ledger.jsonl).", ""]
+    out += ["| run | purpose | parent | change | hypothesis | tokens/s/GPU | vs baseline | vs parent | band | gate | status |",
             "|---|---|---|---|---|---:|---:|---:|---|---|---|"]
     for run in ranking.runs:
         out.append(_run_row(ranking, run))
@@ -168,7 +185,8 @@ def _run_row(ranking: Ranking, run: RunView) -> str:
         throughput += " " + SIMULATED
     # Purposes and gate verdicts are enums and the numbers are formatted here: the rest is escaped.
     return "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
-        cell(run.run), run.purpose, cell(run.parent or ""), cell(describe_change(run.change)), cell(run.hypothesis),
+        cell(run.run), run.purpose, cell(run.parent or ""), cell(describe_change(run.change)),
+        cell(one_line(run.hypothesis)),
         throughput, pct(ranking.relative(value, ranking.baseline)), pct(vs_parent), band, run.gate or "",
         cell(ranking.run_status(run)))
 

@@ -129,7 +129,7 @@ class Planner(object):
             if isinstance(value, float):
                 value = "%.1f" % value
             text = str(value)
-            parts.append("%s=%s" % (key, json.dumps(text) if (" " in text or not text) else text))
+            parts.append("%s=%s" % (key, json.dumps(text, ensure_ascii=False) if (" " in text or not text) else text))
         line = " ".join(parts)
         print(line, file=self.out, flush=True)
         self.log_lines.append("%s %s" % (_now(), line[len("planner: "):]))
@@ -171,9 +171,9 @@ class Planner(object):
             leader = status.get("leader") or {}
             band = status.get("band") or {}
             lines += ["## Leader", "",
-                      "- %s: %s tokens/s/GPU (%s vs baseline); band +/-%.2f%% (%s); budget %s" % (
+                      "- %s: %s tokens/s/GPU (%s vs baseline); band %s, from %s; budget %s" % (
                           leader.get("run"), _fmt(leader.get("tokens_per_s_per_gpu")),
-                          _pct(leader.get("vs_baseline")), 100 * (band.get("value") or 0), band.get("basis"),
+                          _pct(leader.get("vs_baseline")), band.get("text"), band.get("basis"),
                           self.budget_text(status)), ""]
         if state is not None:
             if state.lineage:
