@@ -20,6 +20,7 @@ from pathlib import Path
 
 from . import budget as budget_mod
 from . import campaign as campaign_mod
+from . import chart as chart_mod
 from . import podhooks
 from . import ranking as ranking_mod
 from . import report as report_mod
@@ -114,8 +115,8 @@ def cmd_rank(args) -> int:
     chart_job = None
     if not args.no_chart and not args.dry_run:
         # The chart is drawn on the second core; matplotlib loads there while the ledger is read.
-        chart_job = Background(results_mod.draw, directory / campaign_mod.CHART, wants_message=True,
-                               prepare=results_mod.preload_plotting)
+        chart_job = Background(chart_mod.draw, directory / campaign_mod.CHART, wants_message=True,
+                               prepare=chart_mod.preload_plotting)
     try:
         snap = _snapshot(args, use_cache=True)
     except BaseException:
@@ -131,7 +132,7 @@ def cmd_rank(args) -> int:
             rows, last_ts = rows + 1, recorded["ts"]
     chart, note = None, "disabled with --no-chart"
     if chart_job is not None:
-        chart_job.send(results_mod.chart_data(ranking))
+        chart_job.send(chart_mod.chart_data(ranking))
         chart = campaign_mod.CHART
     campaign_note = snap.genesis.get("note", "")
     text = results_mod.render(ranking, snap.budget, snap.campaign.id, rows, last_ts, chart, note, campaign_note)
