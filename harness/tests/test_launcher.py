@@ -155,3 +155,25 @@ def test_the_rows_digest_is_checked_at_every_launch(tmp_path):
     assert launch(directory, env, "--prepare")[0] == 0
     notes = [row["text"] for row in campaign_mod.Campaign(directory).ledger.rows() if row["kind"] == "note"]
     assert notes == ["rows_sha256 checked at launch: %s (%s)" % (digest, tmp_path / "rows.parquet")]
+
+
+def test_help_lists_every_option_of_both_forms_in_plain_text(tmp_path):
+    sys.path.insert(0, str(REPO / "harness"))
+    import launcher
+
+    env = dict(os.environ, ATTUNE_PYTHON=sys.executable)
+    proc = subprocess.run(["bash", str(LAUNCHER), "--help"], env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    text = proc.stdout
+    assert "--demo" in text and "exit codes:" in text and "``" not in text
+    for parser in (launcher.campaign_parser(), launcher.demo_parser()):
+        for action in parser._actions:
+            for name in action.option_strings or [action.metavar]:
+                assert name in text, "%s of %s is missing from --help" % (name, parser.prog)
+    # the same text wherever --help is asked for, and no campaign directory is needed for it
+    for argv in (["--demo", "--help"], [str(tmp_path / "c"), "--help"], ["-h"]):
+        again = subprocess.run(["bash", str(LAUNCHER)] + argv, env=env, capture_output=True, text=True, timeout=60)
+        assert again.returncode == 0 and again.stdout == text
+    assert not (tmp_path / "c").exists()
+    bare = subprocess.run(["bash", str(LAUNCHER)], env=env, capture_output=True, text=True, timeout=60)
+    assert bare.returncode == 2 and bare.stderr == text and bare.stdout == ""
