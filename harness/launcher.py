@@ -344,7 +344,7 @@ def demo(directory: Path, model: str, budget_gpuh: float = None) -> int:
     print("launch_campaign: the ATTUNE demo (SIMULATED: %s) in %s" % (demo_mod.MODELS[model][2], directory.resolve()),
           file=sys.stderr)
     code = launch(directory, config=config)
-    print("campaign: %s" % directory.resolve())
+    print("campaign_dir: %s" % directory.resolve())
     for name in ("RESULTS.md", "REPORT.md", "recipe.yaml", "levers.md", "past_tuning_project.json"):
         path = directory.resolve() / name
         if path.exists():

@@ -32,6 +32,7 @@ def test_the_demo_runs_a_whole_campaign_whose_artifacts_agree_with_the_ledger(tm
     assert proc.returncode == 0, proc.stderr[-3000:]
     printed = dict(line.split(": ", 1) for line in proc.stdout.splitlines() if ": " in line)
     assert printed["RESULTS.md"] == str(directory / "RESULTS.md") and printed["REPORT.md"] == str(directory / "REPORT.md")
+    assert printed["campaign_dir"] == str(directory)
     assert "planner: launch run=demo-r001 purpose=baseline" in proc.stderr  # progress, run by run
 
     # the exported ATTUNE_*/AUTOTUNE_* settings did not leak in: the demo's own config ran
