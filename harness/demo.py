@@ -1,10 +1,10 @@
 """The demo campaign (``launch_campaign.sh --demo [DIR]``): a whole campaign on this machine, SIMULATED.
 
-It lays out ``DIR`` (default ``./attune-demo``) with a baseline recipe that runs the simulated
-Megatron-LM workload (``skill/scripts/simulate/``) in place of ``pretrain_gpt.py`` and a
-``config.env`` for the local backend, the planner agent and a budget in simulated GPU-hours; the
-launcher then runs the campaign as it runs any other. Nothing here needs a cluster, a GPU or an API
-key, and every number the campaign produces is SIMULATED.
+It lays out ``DIR`` (without one, the launcher makes a new temporary directory and prints it) with
+a baseline recipe that runs the simulated Megatron-LM workload (``skill/scripts/simulate/``) in
+place of ``pretrain_gpt.py`` and a ``config.env`` for the local backend, the planner agent and a
+budget in simulated GPU-hours; the launcher then runs the campaign as it runs any other. Nothing
+here needs a cluster, a GPU or an API key, and every number the campaign produces is SIMULATED.
 """
 
 from __future__ import annotations
@@ -19,7 +19,6 @@ MODELS = {
     "llama3-70b": ("llama3_70b_h100x64.yaml", 200.0, "Llama-3.1-70B pretraining on 64 simulated H100s"),
     "qwen3-30b-a3b": ("qwen3_30b_a3b_h100x16.yaml", 60.0, "Qwen3-30B-A3B (MoE) pretraining on 16 simulated H100s"),
 }
-DEFAULT_DIR = "attune-demo"
 
 
 def prepare(directory: Path, model: str = "llama3-70b", budget_gpuh: float = None) -> Path:
@@ -35,8 +34,8 @@ def prepare(directory: Path, model: str = "llama3-70b", budget_gpuh: float = Non
     if (directory / "ledger.jsonl").exists() and config.is_file():
         return config
     if directory.exists() and any(directory.iterdir()):
-        raise ValueError("%s exists and is not an ATTUNE demo campaign. Fix: give a new directory, e.g. "
-                         "launch_campaign.sh --demo /tmp/attune-demo" % directory)
+        raise ValueError("%s exists and is not an ATTUNE demo campaign. Fix: give a new directory, or none "
+                         "(launch_campaign.sh --demo makes a new temporary one)" % directory)
     directory.mkdir(parents=True, exist_ok=True)
     baseline = directory / "baseline.yaml"
     text = (SIMULATE / "recipes" / template).read_text(encoding="utf-8")

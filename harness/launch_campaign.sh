@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Start or resume an ATTUNE campaign: harness/launch_campaign.sh <campaign_dir> [goal_prompt.txt]
-#   [--session ID] [--prepare] [--config config.env]
+#   [--session ID] [--prepare] [--config config.env] [--agent-command CMD]
 # The demo: harness/launch_campaign.sh --demo [campaign_dir] [--demo-model llama3-70b|qwen3-30b-a3b]
-#   (a whole SIMULATED campaign on this machine; installs what it needs into .venv first).
+#   [--demo-budget GPUH] (a whole SIMULATED campaign on this machine, in a new temporary directory
+#   when none is given; installs what it needs into .venv first).
+# harness/launch_campaign.sh --help lists every option of both.
 # Python: $ATTUNE_PYTHON, else this checkout's .venv when it has what the launcher needs, else python3.
 # Exit codes: 0 finished (budget spent or stop recorded, report written); 1 agent failure (resumable)
 # or a failing `attune doctor` check (nothing started);

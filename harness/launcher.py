@@ -3,6 +3,8 @@
 
     launch_campaign.sh <campaign_dir> [goal_prompt.txt] [--session ID] [--prepare] [--config FILE]
                        [--agent-command CMD]
+    launch_campaign.sh --demo [campaign_dir] [--demo-model MODEL] [--demo-budget GPUH]
+    launch_campaign.sh --help      (both forms and every option, plain text)
 
 First launch: validates the settings, runs ``attune doctor``'s checks (``attune_core.doctor``: the
 baseline, its image, the agent CLI, the cluster, the rows' rows_sha256; every launch, and ``--prepare``
@@ -46,6 +48,7 @@ import shutil
 import stat
 import subprocess
 import sys
+import tempfile
 import uuid
 from pathlib import Path
 
@@ -385,6 +388,7 @@ def demo(directory: Path, model: str, budget_gpuh: float = None) -> int:
     print("launch_campaign: the ATTUNE demo (SIMULATED: %s) in %s" % (demo_mod.MODELS[model][2], directory.resolve()),
           file=sys.stderr)
     code = launch(directory, config=config)
+    print("campaign_dir: %s" % directory.resolve())
     for name in ("RESULTS.md", "REPORT.md", "recipe.yaml", "levers.md", "past_tuning_project.json"):
         path = directory.resolve() / name
         if path.exists():
@@ -392,37 +396,100 @@ def demo(directory: Path, model: str, budget_gpuh: float = None) -> int:
     return code
 
 
+USAGE = """Start or resume an ATTUNE campaign, or run the SIMULATED demo campaign on this machine.
+
+  harness/launch_campaign.sh CAMPAIGN_DIR [GOAL_PROMPT] [--session ID] [--prepare] [--config FILE]
+                             [--agent-command CMD]
+  harness/launch_campaign.sh --demo [CAMPAIGN_DIR] [--demo-model MODEL] [--demo-budget GPUH]"""
+EXIT_CODES = """exit codes: 0 finished (budget spent or stop recorded, and REPORT.md written); 1 the agent
+ended early (resumable with --session); 2 bad settings or usage; 3 integrity violation (every live
+run torn down)."""
+
+
+def campaign_parser() -> argparse.ArgumentParser:
+    """The options of a campaign launch (the first form of ``USAGE``)."""
+    parser = argparse.ArgumentParser(prog="launch_campaign.sh", add_help=False,
+                                     description="Start or resume a campaign.")
+    parser.add_argument("campaign_dir", metavar="CAMPAIGN_DIR",
+                        help="the campaign directory: laid out on the first launch, resumed after")
+    parser.add_argument("goal_prompt", metavar="GOAL_PROMPT", nargs="?",
+                        help="a file with the goal prompt (default: the harness's own, harness/prompts/)")
+    parser.add_argument("--session", metavar="ID", help="resume this agent session with the resume prompt")
+    parser.add_argument("--prepare", action="store_true", help="prepare and record integrity; start no agent")
+    parser.add_argument("--config", metavar="FILE", help="a config.env to read the settings from (first launch)")
+    parser.add_argument("--agent-command", metavar="CMD",
+                        help="run this shell command as the agent instead of the one ATTUNE_AGENT names")
+    parser.add_argument("-h", "--help", action="store_true", help="show this help (both forms) and exit")
+    return parser
+
+
+def demo_parser() -> argparse.ArgumentParser:
+    """The options of ``--demo`` (the second form of ``USAGE``)."""
+    import demo as demo_mod
+
+    parser = argparse.ArgumentParser(prog="launch_campaign.sh --demo", add_help=False,
+                                     description="The SIMULATED demo campaign, on this machine.")
+    parser.add_argument("campaign_dir", metavar="CAMPAIGN_DIR", nargs="?", default=None,
+                        help="where (default: a new temporary directory, printed)")
+    parser.add_argument("--demo-model", metavar="MODEL", default="llama3-70b", choices=sorted(demo_mod.MODELS),
+                        help="%s; default llama3-70b" % "; ".join(
+                            "%s: %s" % (name, what) for name, (_t, _b, what) in sorted(demo_mod.MODELS.items())))
+    parser.add_argument("--demo-budget", type=float, metavar="GPUH",
+                        help="the budget in simulated GPU-hours (default: the model's, %s)" % ", ".join(
+                            "%g for %s" % (budget, name) for name, (_t, budget, _w) in sorted(demo_mod.MODELS.items())))
+    parser.add_argument("-h", "--help", action="store_true", help="show this help (both forms) and exit")
+    return parser
+
+
+def help_text() -> str:
+    """``--help``: both forms and every option of each, plain text."""
+    sections = [USAGE]
+    for parser in (campaign_parser(), demo_parser()):
+        body = parser.format_help().split("\n\n", 1)[1]  # drop argparse's own usage line
+        sections.append("%s: %s" % (parser.prog, body.strip()))
+    sections.append(EXIT_CODES)
+    return "\n\n".join(sections) + "\n"
+
+
+def _parse(parser, argv):
+    """``(args, None)``, or ``(None, exit code)`` after a usage error (argparse printed it) or ``--help``."""
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:
+        return None, int(exc.code or 0) and EXIT_USAGE
+    if args.help:
+        sys.stdout.write(help_text())
+        return None, EXIT_OK
+    return args, None
+
+
 def main(argv=None) -> int:
     if argv is None:
         argv = sys.argv[1:]
     if argv and argv[0] == "--demo":
-        parser = argparse.ArgumentParser(prog="launch_campaign.sh --demo", description="run the SIMULATED demo campaign")
-        parser.add_argument("campaign_dir", nargs="?", default=None, help="where (default: ./attune-demo)")
-        parser.add_argument("--demo-model", default="llama3-70b", help="llama3-70b (default) or qwen3-30b-a3b")
-        parser.add_argument("--demo-budget", type=float, metavar="GPUH",
-                            help="the budget in simulated GPU-hours (default: the model's, 200 for llama3-70b)")
+        args, code = _parse(demo_parser(), argv[1:])
+        if args is None:
+            return code
+        directory = args.campaign_dir
+        if directory is None:
+            directory = tempfile.mkdtemp(prefix="attune-demo-")
+            print("launch_campaign: no directory given: the demo runs in a new temporary directory, %s" % directory,
+                  file=sys.stderr)
         try:
-            args = parser.parse_args(argv[1:])
-        except SystemExit as exc:
-            return int(exc.code or 0) and EXIT_USAGE
-        import demo as demo_mod
-        try:
-            return demo(Path(args.campaign_dir or demo_mod.DEFAULT_DIR), args.demo_model, args.demo_budget)
+            return demo(Path(directory), args.demo_model, args.demo_budget)
         except AttuneError as exc:
             for line in exc.lines():
                 print("launch_campaign: %s" % line, file=sys.stderr)
             return exc.exit_code
-    parser = argparse.ArgumentParser(prog="launch_campaign.sh", description=__doc__.split("\n\n")[0])
-    parser.add_argument("campaign_dir")
-    parser.add_argument("goal_prompt", nargs="?", help="the goal prompt (default: the harness's own)")
-    parser.add_argument("--session", help="resume this agent session with the resume prompt")
-    parser.add_argument("--prepare", action="store_true", help="prepare and record integrity; start no agent")
-    parser.add_argument("--config", help="a config.env to read settings from (first launch)")
-    parser.add_argument("--agent-command", help="run this shell command as the agent instead of claude")
-    try:
-        args = parser.parse_args(argv)
-    except SystemExit as exc:
-        return int(exc.code or 0) and EXIT_USAGE
+    if not argv:
+        sys.stderr.write(help_text())
+        return EXIT_USAGE
+    if "-h" in argv or "--help" in argv:  # before parsing: CAMPAIGN_DIR is not needed for it
+        sys.stdout.write(help_text())
+        return EXIT_OK
+    args, code = _parse(campaign_parser(), argv)
+    if args is None:
+        return code
     goal = Path(args.goal_prompt) if args.goal_prompt else None
     if goal is not None and not goal.is_file():
         print("launch_campaign: %s: no such goal prompt file" % goal, file=sys.stderr)

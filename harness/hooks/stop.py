@@ -125,8 +125,10 @@ def decide(directory, settings):
                                                         budget["unit"]))
     leader = state["leader"]
     if leader:
-        lines.append("Leader: %s at %.1f tokens/s/GPU (band %.2f%%)." % (
-            leader.get("run"), _float(leader.get("tokens_per_s_per_gpu")) or 0.0, 100 * (_float(leader.get("band")) or 0)))
+        band = _float(leader.get("band")) or 0.0  # the full range, as the leader row records it
+        # the notation of attune_core.ranking.band_text (this hook imports no attune_core module; a test keeps them equal)
+        lines.append("Leader: %s at %.1f tokens/s/GPU (band ±%.2f%% (full range %.2f%%))." % (
+            leader.get("run"), _float(leader.get("tokens_per_s_per_gpu")) or 0.0, band * 50, band * 100))
     elif state["launches"] == 0:
         lines.append("No run launched yet.")
     if budget["exhausted"] or state["stop"]:

@@ -32,6 +32,7 @@ def test_the_demo_runs_a_whole_campaign_whose_artifacts_agree_with_the_ledger(tm
     assert proc.returncode == 0, proc.stderr[-3000:]
     printed = dict(line.split(": ", 1) for line in proc.stdout.splitlines() if ": " in line)
     assert printed["RESULTS.md"] == str(directory / "RESULTS.md") and printed["REPORT.md"] == str(directory / "REPORT.md")
+    assert printed["campaign_dir"] == str(directory)
     assert "planner: launch run=demo-r001 purpose=baseline" in proc.stderr  # progress, run by run
 
     # the exported ATTUNE_*/AUTOTUNE_* settings did not leak in: the demo's own config ran
@@ -69,3 +70,22 @@ def test_the_demo_never_writes_into_a_directory_that_is_not_its_own(tmp_path):
     proc = run_demo(tmp_path)
     assert proc.returncode == 2 and "is not an ATTUNE demo campaign" in proc.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["mine.txt"]
+
+
+def test_the_demo_without_a_directory_runs_in_a_new_temporary_one(tmp_path, monkeypatch, capsys):
+    import tempfile
+
+    import launcher
+
+    ran = []
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # where mkdtemp makes it
+    monkeypatch.setattr(launcher, "demo", lambda directory, model, budget: ran.append(directory) or 0)
+    monkeypatch.chdir(tmp_path)
+    assert launcher.main(["--demo"]) == 0
+    assert launcher.main(["--demo", "--demo-model", "qwen3-30b-a3b"]) == 0
+    first, second = ran
+    assert first != second and first.parent == tmp_path and first.name.startswith("attune-demo-")
+    assert first.is_dir() and not any(first.iterdir())  # new and empty: demo.prepare lays it out
+    err = capsys.readouterr().err
+    assert "the demo runs in a new temporary directory, %s" % first in err and str(second) in err
+    assert not (tmp_path / "attune-demo").exists()

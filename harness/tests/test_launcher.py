@@ -275,3 +275,25 @@ def test_the_second_launch_of_a_session_reuses_its_cluster_checks(tmp_path):
             "rayjobs.ray.io" in err and "nothing was started" in err
     finally:
         kube.close()
+
+
+def test_help_lists_every_option_of_both_forms_in_plain_text(tmp_path):
+    sys.path.insert(0, str(REPO / "harness"))
+    import launcher
+
+    env = dict(os.environ, ATTUNE_PYTHON=sys.executable)
+    proc = subprocess.run(["bash", str(LAUNCHER), "--help"], env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    text = proc.stdout
+    assert "--demo" in text and "exit codes:" in text and "``" not in text
+    for parser in (launcher.campaign_parser(), launcher.demo_parser()):
+        for action in parser._actions:
+            for name in action.option_strings or [action.metavar]:
+                assert name in text, "%s of %s is missing from --help" % (name, parser.prog)
+    # the same text wherever --help is asked for, and no campaign directory is needed for it
+    for argv in (["--demo", "--help"], [str(tmp_path / "c"), "--help"], ["-h"]):
+        again = subprocess.run(["bash", str(LAUNCHER)] + argv, env=env, capture_output=True, text=True, timeout=60)
+        assert again.returncode == 0 and again.stdout == text
+    assert not (tmp_path / "c").exists()
+    bare = subprocess.run(["bash", str(LAUNCHER)], env=env, capture_output=True, text=True, timeout=60)
+    assert bare.returncode == 2 and bare.stderr == text and bare.stdout == ""

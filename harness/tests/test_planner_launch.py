@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -121,6 +122,11 @@ def test_a_planner_campaign_on_the_simulated_llama_70b(tmp_path):
     assert "finished: yes" in out
     rows = check_finished_campaign(directory)
     assert "planner: launch run=p-r001 purpose=baseline" in err and "planner: result run=p-r004" in err
+    timed = re.compile(r"^planner: \S+(?: .*)? utc=\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ elapsed=\d+:\d\d:\d\d"
+                       r"(?: burn=\"[0-9.e+]+ [A-Za-z-]+/h\")? eta=(?:\d+:\d\d:\d\d|n/a)$")
+    lines = [line for line in err.splitlines() if line.startswith("planner: ")]
+    assert lines and all(timed.match(line) for line in lines), [line for line in lines if not timed.match(line)][:3]
+    assert any(" burn=" in line for line in lines), "once runs are charged the line says when the budget runs out"
     status = json.loads(attune(directory, "status", "--json")[1])
     assert status["leader"]["run"] != status["baseline"]["run"]
     assert status["leader"]["vs_baseline"] > status["band"]["value"]

@@ -83,3 +83,15 @@ def test_an_integrity_violation_lets_the_agent_stop_and_is_recorded(tmp_path):
     out = run_hook(directory)
     assert "decision" not in out and "integrity violation" in out["systemMessage"]
     assert (directory / ".attune" / "integrity_violation.json").is_file()
+
+
+def test_the_leader_line_writes_the_band_as_every_page_does(tmp_path):
+    from attune_core import cli
+    from attune_core.ranking import band_text
+
+    b = campaign(tmp_path)
+    b.launch("r003", "repeat", "base", parent="r001")
+    b.result("r003", 1000.0 / 1.03)  # the baseline's range: 3% of its median
+    assert cli.main(["rank", "--campaign", str(b.campaign.dir), "--no-chart"]) == 0  # writes the leader row
+    band = [row for row in b.campaign.ledger.rows() if row["kind"] == "leader"][-1]["band"]
+    assert "(band %s)." % band_text(band) in run_hook(b.campaign.dir)["reason"]

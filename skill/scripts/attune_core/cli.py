@@ -20,7 +20,9 @@ from pathlib import Path
 
 from . import budget as budget_mod
 from . import campaign as campaign_mod
+from . import chart as chart_mod
 from . import podhooks
+from . import ranking as ranking_mod
 from . import report as report_mod
 from . import results as results_mod
 from . import settings as settings_mod
@@ -129,8 +131,8 @@ def cmd_rank(args) -> int:
     chart_job = None
     if not args.no_chart and not args.dry_run:
         # The chart is drawn on the second core; matplotlib loads there while the ledger is read.
-        chart_job = Background(results_mod.draw, directory / campaign_mod.CHART, wants_message=True,
-                               prepare=results_mod.preload_plotting)
+        chart_job = Background(chart_mod.draw, directory / campaign_mod.CHART, wants_message=True,
+                               prepare=chart_mod.preload_plotting)
     try:
         snap = _snapshot(args, use_cache=True)
     except BaseException:
@@ -146,7 +148,7 @@ def cmd_rank(args) -> int:
             rows, last_ts = rows + 1, recorded["ts"]
     chart, note = None, "disabled with --no-chart"
     if chart_job is not None:
-        chart_job.send(results_mod.chart_data(ranking))
+        chart_job.send(chart_mod.chart_data(ranking))
         chart = campaign_mod.CHART
     campaign_note = snap.genesis.get("note", "")
     text = results_mod.render(ranking, snap.budget, snap.campaign.id, rows, last_ts, chart, note, campaign_note)
@@ -168,10 +170,11 @@ def cmd_rank(args) -> int:
     lead = ranking.leader
     data = {"results": str(directory / campaign_mod.RESULTS), "chart": chart and str(directory / chart),
             "leader": lead.first.run if lead else None, "tokens_per_s_per_gpu": lead.score if lead else None,
-            "band": ranking.band, "leader_recorded": recorded is not None}
-    _emit(args, data, "results: %s\nchart: %s\nleader: %s\nband: %.4f%s" % (
-        data["results"], data["chart"] or "not drawn (%s)" % note, data["leader"] or "none", ranking.band,
-        "\nleader_recorded: yes" if recorded else ""))
+            "band": ranking.band, "band_full_range": ranking.band, "band_half_width": ranking.band_half_width,
+            "leader_recorded": recorded is not None}
+    _emit(args, data, "results: %s\nchart: %s\nleader: %s\nband: %s%s" % (
+        data["results"], data["chart"] or "not drawn (%s)" % note, data["leader"] or "none",
+        ranking_mod.band_text(ranking.band), "\nleader_recorded: yes" if recorded else ""))
     snap.finish()
     return EXIT_OK
 

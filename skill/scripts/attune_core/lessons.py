@@ -15,6 +15,7 @@ from pathlib import Path
 
 from . import files, levers as levers_mod
 from .errors import CheckFailed, InputError
+from .ranking import band_text
 
 HEADING = "# Campaign lessons"
 HURT_CLASSES = ("oom", "crash", "nan_loss", "hang", "nccl_timeout")
@@ -39,7 +40,7 @@ def verdict(ranking, run) -> tuple:
     change = ranking.relative(recipe.score, parent)
     if change is None:
         raise CheckFailed("run %s: its parent %s has no score to compare with" % (run.run, run.parent))
-    result = "%+.1f%% tokens/s/GPU vs parent (band ±%.1f%%)" % (change * 100, band * 100)
+    result = "%+.1f%% tokens/s/GPU vs parent; band %s" % (change * 100, band_text(band))
     gate = recipe.gate
     if change > band and gate is None:
         raise CheckFailed("run %s beats its parent beyond the band but is not gated: gate it first "

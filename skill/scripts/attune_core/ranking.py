@@ -7,16 +7,21 @@ every ordering it uses comes from row content (launch time, then run id), never 
 * A recipe's **score** is the median tokens/s/GPU of its rankable runs.
 * The **noise band** is the largest relative range, ``(max - min) / median`` of tokens/s/GPU,
   among recipes with at least two rankable runs, and never below the floor. It is established once
-  the baseline has ``baseline_repeats`` rankable runs; until then no candidate can lead.
+  the baseline has ``baseline_repeats`` rankable runs; until then no candidate can lead. People read
+  it as ``±`` half that range with the full range named (``band_text``); the rules below use the full
+  range.
 * A candidate recipe is **eligible** to lead when its gate passed (no gate of any of its runs
   failed) and it has at least two rankable runs (the run and its paired confirmation).
 * The **leader** starts as the baseline; eligible recipes are taken in increasing score, and each
   one whose score beats the current leader's by more than the band becomes the leader.
+* The recipes on the leader's lineage between the baseline and the leader are **kept**.
 """
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
+import functools
 import json
 import statistics
 from typing import Optional
@@ -103,6 +108,18 @@ class Ranking:
     warnings: list
     pending: list = dataclasses.field(default_factory=list)
     by_id: dict = dataclasses.field(default_factory=dict)
+    noise_floor: float = 0.01
+    baseline_repeats: int = 3
+
+    @property
+    def band_half_width(self) -> float:
+        """Half the band's full range: the ``±`` people read (``band_text``)."""
+        return self.band / 2
+
+    @functools.cached_property
+    def kept(self) -> frozenset:
+        """``recipe_sha256`` of every recipe the leader builds on: its lineage without the baseline and itself."""
+        return frozenset(recipe.sha for recipe in self.lineage(self.leader)[:-1] if not recipe.is_baseline)
 
     def run(self, run_id: str) -> Optional[RunView]:
         return self.by_id.get(run_id)
@@ -146,6 +163,8 @@ class Ranking:
             return "leader" if not recipe.is_baseline else "baseline (leader)"
         if recipe.is_baseline:
             return "baseline"
+        if recipe.sha in self.kept:
+            return "kept (the leader builds on it)"
         if recipe.gate == "fail":
             return "gate failed"
         if not self.band_established:
@@ -161,6 +180,12 @@ class Ranking:
         if lead and recipe.score >= lead * (1 - self.band):
             return "within band of leader"
         return "slower than leader"
+
+
+def band_text(full_range: float) -> str:
+    """The band as every page and screen writes it: ``±`` half its range, then the full range by name
+    (``±1.48% (full range 2.96%)``). A change counts only when it exceeds the full range."""
+    return "±%.2f%% (full range %.2f%%)" % (full_range * 50, full_range * 100)
 
 
 def _median(values: list) -> float:
@@ -317,7 +342,7 @@ def assemble(runs: dict, stops: list, warnings: list, noise_floor=0.01, baseline
         baseline = recipes[first.recipe]
         baseline.is_baseline = True
 
-    band, basis = noise_floor, "floor %.2f%%" % (noise_floor * 100)
+    band, basis = noise_floor, "the %.2f%% floor" % (noise_floor * 100)
     for recipe in sorted(recipes.values(), key=lambda r: r.sha):
         spread = recipe.spread
         if spread is not None and spread > band:
@@ -336,9 +361,76 @@ def assemble(runs: dict, stops: list, warnings: list, noise_floor=0.01, baseline
     ranking = Ranking(runs=ordered, recipes=recipes, baseline=baseline, leader=leader, band=band,
                       band_basis=basis, band_established=established,
                       repeats_needed=max(0, baseline_repeats - have), stop=stop, warnings=warnings,
-                      by_id=runs)
+                      by_id=runs, noise_floor=noise_floor, baseline_repeats=baseline_repeats)
     ranking.pending = _pending(ranking)
     return ranking
+
+
+def leader_history(ranking: Ranking) -> list:
+    """The leader after each run in launch order: ``[(score or None, band, established), ...]``, one per run of
+    ``ranking.runs``, each what ranking the runs launched up to it (with their results and gates) gives. The
+    last entry is ``ranking.leader``'s score and ``ranking.band``. Built in one pass: the leader rule's walk
+    jumps with ``bisect`` from a leader to the first eligible score above it by more than the band."""
+    base = ranking.baseline.sha if ranking.baseline is not None else None
+    floor, repeats = ranking.noise_floor, ranking.baseline_repeats
+    values, spreads, verdicts = {}, {}, {}
+    widest = None  # the recipe whose spread is the band (when above the floor)
+    eligible = []  # sorted (score, first launch, sha) of the eligible recipes so far
+    scores = []  # their scores, for bisect
+    entries = {}  # sha -> its entry in eligible
+    band, established, base_score, leader = floor, False, None, None
+    entry_now = (leader, band, established)
+    out = []
+    for run in ranking.runs:
+        tokens, gate = run.tokens, run.gate
+        if tokens is None and not gate:  # nothing the leader depends on changed
+            out.append(entry_now)
+            continue
+        sha = run.recipe
+        moved = False  # whether anything the leader rule reads changed
+        if gate:
+            verdicts.setdefault(sha, set()).add(gate)
+        own = values.setdefault(sha, [])
+        if tokens is not None:
+            own.append(tokens)
+            if len(own) >= 2:
+                spreads[sha] = spread = (max(own) - min(own)) / _median(own)
+                if sha == widest:  # the widest may have narrowed: look again
+                    widest = max(spreads, key=spreads.get)
+                elif widest is None or spread > spreads[widest]:
+                    widest = sha
+                moved = band != max(floor, spreads[widest])
+                band = max(floor, spreads[widest])
+        if sha == base:
+            base_score = _median(own) if own else None
+            established = len(own) >= repeats
+            moved = True
+        else:
+            entry = entries.pop(sha, None)
+            if entry is not None:
+                index = bisect.bisect_left(eligible, entry)
+                del eligible[index], scores[index]
+                moved = True
+            gates = verdicts.get(sha, ())
+            if len(own) >= 2 and "pass" in gates and "fail" not in gates:
+                entry = entries[sha] = (_median(own), ranking.recipes[sha].first.launch_ts, sha)
+                index = bisect.bisect_left(eligible, entry)
+                eligible.insert(index, entry)
+                scores.insert(index, entry[0])
+                moved = True
+        if not moved:
+            out.append(entry_now)
+            continue
+        leader = base_score
+        if established and leader is not None:
+            while True:
+                index = bisect.bisect_right(scores, leader * (1 + band))
+                if index == len(scores):
+                    break
+                leader = scores[index]
+        entry_now = (leader, band, established)
+        out.append(entry_now)
+    return out
 
 
 NOISY_BAND = 0.05  # above this, measurement is the bottleneck: a typical lever moves throughput by a few percent
@@ -358,9 +450,9 @@ def _pending(ranking: Ranking) -> list:
     if not ranking.band_established or not lead:
         return todo
     if ranking.band > NOISY_BAND:
-        todo.append("the noise band is ±%.1f%% (%s): find why repeats of one recipe differ this much (contention, "
+        todo.append("the noise band is %s, from %s: find why repeats of one recipe differ this much (contention, "
                     "stragglers, placement, a step too short to time) before testing candidates: no lever of a few "
-                    "percent can clear it" % (ranking.band * 100, ranking.band_basis))
+                    "percent can clear it" % (band_text(ranking.band), ranking.band_basis))
     for recipe in sorted(ranking.recipes.values(), key=lambda r: (r.first.launch_ts, r.sha)):
         if recipe.is_baseline or recipe is ranking.leader or recipe.gate == "fail" or recipe.score is None:
             continue

@@ -15,6 +15,7 @@ from typing import Optional
 
 from . import preship, project_summary
 from .campaign import REPORT, SHIPPED_RECIPE
+from .ranking import band_text
 from .results import SIMULATED, budget_lines, cell, describe_change, pct, tok
 from .snapshot import Snapshot
 
@@ -70,17 +71,18 @@ def render(snapshot: Snapshot, checks: list, shipped: bool, payback: Optional[fl
     else:
         out.append("**Not shipped**: %s." % "; ".join("%s: %s" % (name, detail)
                                                     for name, ok, detail in checks if not ok))
-    if any(run.simulated for run in ranking.runs):
-        out += ["", "**%s**: some runs ran on the simulated workload; their throughput is a model's output, not a "
-                "measurement of real hardware." % SIMULATED]
+    simulated = sum(1 for run in ranking.runs if run.simulated)
+    if simulated:
+        out += ["", "**%s**: %d of %d runs ran on the simulated workload; their throughput is a model's output, not "
+                "a measurement of real hardware." % (SIMULATED, simulated, len(ranking.runs))]
     out += ["", "## Outcome", "", "| | |", "|---|---|"]
     out.append("| Baseline | %s |" % (_recipe_text(base) if base else "none"))
     out.append("| Shipped recipe | %s |" % (_recipe_text(lead) if lead and shipped else "none"))
     if base is not None and lead is not None:
         gain = ranking.relative(lead.score, base)
         verdict = "clears" if gain is not None and gain > ranking.band else "does not clear"
-        out.append("| Gain | %s (%s the noise band of ±%.2f%%, %s) |" % (
-            pct(gain) or "+0.00%", verdict, ranking.band * 100, ranking.band_basis))
+        out.append("| Gain | %s (%s the noise band %s, from %s) |" % (
+            pct(gain) or "+0.00%", verdict, band_text(ranking.band), ranking.band_basis))
     stop = ranking.stop
     out.append("| Stop | %s |" % ("%s: %s (evidence: %s)" % (stop["ts"], cell(stop["reason"]), ", ".join(stop["evidence"]))
                                    if stop else "none recorded: the campaign may still be running"))

@@ -1,22 +1,22 @@
 """RESULTS.md: the leaderboard, regenerated from the ledger and the GPU-hour log alone.
 
 The page is deterministic for a given set of rows: no clock, no host, nothing but the records.
-The throughput-over-runs chart is a PNG drawn with matplotlib when it is installed (the ``plot``
-extra); without it the page says so and renders all the same.
+The throughput-over-runs chart (``chart.py``) is a PNG drawn with matplotlib when it is installed
+(the ``plot`` extra); without it the page says so and renders all the same. Tables give each hypothesis one
+line (``one_line``); its full text is in the run's ``candidate.json``.
 """
 
 from __future__ import annotations
 
-import statistics
-
 import json
-from pathlib import Path
+import statistics
 from typing import Optional
 
 from .budget import BudgetState
-from .ranking import Ranking, RunView
+from .ranking import Ranking, RunView, band_text
 
 SIMULATED = "SIMULATED"
+HYPOTHESIS_CHARS = 80  # a hypothesis in a table: one line of about this many characters
 
 
 def pct(value: Optional[float]) -> str:
@@ -33,6 +33,18 @@ def cell(text) -> str:
     if "|" in text or "\\" in text or "\n" in text or "\r" in text:  # rare: test first, it is much cheaper
         text = text.replace("\\", "\\\\").replace("|", "\\|").replace("\r", " ").replace("\n", " ")
     return text.strip()
+
+
+def one_line(text, limit: int = HYPOTHESIS_CHARS) -> str:
+    """``text`` on one line of at most ``limit`` characters, cut at a word with ``…`` when longer."""
+    text = " ".join(str(text or "").split())
+    if len(text) <= limit:
+        return text
+    cut = text[:limit - 1]
+    space = cut.rfind(" ")
+    if space > limit // 2:
+        cut = cut[:space]
+    return cut.rstrip(" ,;:") + "…"
 
 
 def describe_change(change) -> str:
@@ -106,7 +118,8 @@ def render(ranking: Ranking, budget: BudgetState, campaign_id: str, ledger_rows:
         out.append("| Leader | %s: %s tokens/s/GPU, %s vs baseline (%d rankable run(s), gate %s)%s |" % (
             lead.first.run, tok(lead.score), pct(ranking.relative(lead.score, base)) or "+0.00%",
             len(lead.rankable), "n/a (baseline)" if lead.is_baseline else lead.gate, _sim(lead)))
-    band = "±%.2f%% (%s)" % (ranking.band * 100, ranking.band_basis)
+    band = "%s, from %s; a change counts when it exceeds the full range" % (band_text(ranking.band),
+                                                                            ranking.band_basis)
     if not ranking.band_established:
         band += "; not yet established: %d more baseline run(s) needed" % ranking.repeats_needed
     out.append("| Noise band | %s |" % band)
@@ -117,15 +130,19 @@ def render(ranking: Ranking, budget: BudgetState, campaign_id: str, ledger_rows:
     if ranking.stop:
         out.append("| Stop | recorded %s: %s (evidence: %s) |" % (
             ranking.stop["ts"], cell(ranking.stop["reason"]), ", ".join(ranking.stop["evidence"])))
-    out += ["", "## Runs", "",
-            "| run | purpose | parent | change | hypothesis | tokens/s/GPU | vs baseline | vs parent | band | gate | status |",
+    out += ["", "## Runs", ""]
+    if any(run.hypothesis for run in ranking.runs):
+        out += ["Each hypothesis is cut to one line; its full text is in `runs/<run>/candidate.json` (and the "
+                "run's launch row in ledger.jsonl).", ""]
+    out += ["| run | purpose | parent | change | hypothesis | tokens/s/GPU | vs baseline | vs parent | band | gate | status |",
             "|---|---|---|---|---|---:|---:|---:|---|---|---|"]
     for run in ranking.runs:
         out.append(_run_row(ranking, run))
     out += projection_lines(ranking)
     out += ["", "## Throughput over runs", ""]
     if chart_file:
-        out.append("![tokens/s/GPU of every rankable run in launch order](%s)" % chart_file)
+        out.append("![tokens/s/GPU of every run in launch order by purpose, failed runs with their class, the best "
+                   "so far and the noise band around it](%s)" % chart_file)
     else:
         out.append("Chart not drawn: %s" % (chart_note or "disabled"))
     if ranking.warnings:
@@ -168,75 +185,7 @@ def _run_row(ranking: Ranking, run: RunView) -> str:
         throughput += " " + SIMULATED
     # Purposes and gate verdicts are enums and the numbers are formatted here: the rest is escaped.
     return "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
-        cell(run.run), run.purpose, cell(run.parent or ""), cell(describe_change(run.change)), cell(run.hypothesis),
+        cell(run.run), run.purpose, cell(run.parent or ""), cell(describe_change(run.change)),
+        cell(one_line(run.hypothesis)),
         throughput, pct(ranking.relative(value, ranking.baseline)), pct(vs_parent), band, run.gate or "",
         cell(ranking.run_status(run)))
-
-
-def chart_data(ranking: Ranking) -> dict:
-    """What the chart shows, as small plain data (it crosses to the process that draws it)."""
-    groups = {"baseline": ([], []), "candidate": ([], []), "leader": ([], [])}
-    for index, run in enumerate(ranking.runs, 1):
-        if run.tokens is None:
-            continue
-        recipe = ranking.recipes[run.recipe]
-        group = "leader" if recipe is ranking.leader else "baseline" if recipe.is_baseline else "candidate"
-        groups[group][0].append(index)
-        groups[group][1].append(run.tokens)
-    return {
-        "groups": groups,
-        "baseline": ranking.baseline.score if ranking.baseline is not None else None,
-        "leader": ranking.leader.score if ranking.leader is not None and not ranking.leader.is_baseline else None,
-        "band": ranking.band,
-        "simulated": any(run.simulated for run in ranking.runs),
-    }
-
-
-def preload_plotting() -> None:
-    """Import matplotlib ahead of time (the slow part of drawing); a missing one is reported later."""
-    try:
-        from matplotlib.backends.backend_agg import FigureCanvasAgg  # noqa: F401
-        from matplotlib.figure import Figure  # noqa: F401
-    except ImportError:
-        pass
-
-
-def draw_chart(ranking: Ranking, path: Path) -> Optional[str]:
-    """Draw the throughput chart; return None on success, else why it was not drawn."""
-    return draw(Path(path), chart_data(ranking))
-
-
-def draw(path: Path, data: dict) -> Optional[str]:
-    """Draw ``chart_data`` output to ``path``; return None on success, else why it was not drawn."""
-    try:
-        from matplotlib.backends.backend_agg import FigureCanvasAgg
-        from matplotlib.figure import Figure
-    except ImportError:
-        return "matplotlib is not installed (pip install 'attune[plot]')"
-    groups = data["groups"]
-    if not any(xs for xs, _ys in groups.values()):
-        return "no rankable run yet"
-    fig = Figure(figsize=(8, 4), dpi=100)
-    FigureCanvasAgg(fig)
-    ax = fig.subplots()
-    for group, color in (("candidate", "tab:blue"), ("baseline", "tab:gray"), ("leader", "tab:green")):
-        xs, ys = groups[group]
-        if xs:  # one plot call per group: a per-point colour scatter is several times slower
-            ax.plot(xs, ys, "o", color=color, markersize=4, label="%s runs" % group, zorder=3)
-    base = data["baseline"]
-    if base:
-        ax.axhline(base, color="tab:gray", linewidth=1, label="baseline median")
-        ax.axhspan(base * (1 - data["band"]), base * (1 + data["band"]), color="tab:gray", alpha=0.15,
-                   label="noise band")
-    if data["leader"]:
-        ax.axhline(data["leader"], color="tab:green", linewidth=1, linestyle="--", label="leader median")
-    ax.set_title("tokens/s/GPU over runs" + (" (%s)" % SIMULATED if data["simulated"] else ""))
-    ax.set_xlabel("run (launch order)")
-    ax.set_ylabel("tokens/s/GPU")
-    ax.grid(True, alpha=0.3)
-    ax.legend(loc="best", fontsize="small")
-    fig.subplots_adjust(left=0.1, right=0.97, top=0.9, bottom=0.13)
-    tmp = path.with_suffix(".tmp.png")
-    fig.savefig(tmp)
-    tmp.replace(path)
-    return None

@@ -26,10 +26,33 @@ from . import files
 from .errors import InputError, SettingsError
 
 PREFIXES = ("ATTUNE_", "AUTOTUNE_")
-# Variables with these prefixes that are not settings: where a command works (campaign, test corpus),
-# and what the launcher passes to the agent it starts or uses to start it.
-NOT_SETTINGS = ("ATTUNE_CAMPAIGN_DIR", "ATTUNE_CORPUS_DIR", "ATTUNE_PYTHON", "ATTUNE_CLAUDE_BIN", "ATTUNE_SESSION_ID",
-                "ATTUNE_PROMPT_FILE", "ATTUNE_PLANNER_FAULT")
+# Variables with these prefixes that are not settings, never frozen: read from the environment of the command
+# that names them (where a command works, the test corpus, how the launcher starts an agent, what it passes to
+# the agent). A settings file may hold them; they are ignored there.
+NOT_SETTINGS = {
+    "ATTUNE_CAMPAIGN_DIR": "the campaign directory a verb works in without --campaign (default: the current "
+                           "directory); the launcher sets it for the agent",
+    "ATTUNE_CORPUS_DIR": "where the reference corpora are read from (default: ../shared/data beside the repository)",
+    "ATTUNE_PYTHON": "the Python launch_campaign.sh runs the launcher with (default: python3, or the demo's .venv)",
+    "ATTUNE_CLAUDE_BIN": "the Claude Code program the launcher starts for ATTUNE_AGENT=claude (default: claude on "
+                         "PATH)",
+    "ATTUNE_SESSION_ID": "set by the launcher for the agent it starts: the agent session's id",
+    "ATTUNE_PROMPT_FILE": "set by the launcher for --agent-command: the prompt file",
+    "ATTUNE_PLANNER_FAULT": "for the resume tests: after-launch:N, after-candidate:N or exit-after-launch:N ends the "
+                            "planner after its N-th launch or candidate",
+}
+# Read by the training job from its own environment, not by ATTUNE: the simulated workload's knobs, set in the
+# recipe's runtimeEnvYAML env_vars (skill/scripts/simulate/README.md), and what attune launch adds to every job.
+JOB_ENV = {
+    "ATTUNE_SIM_HARDWARE": "the simulated GPU (H100, H200, B200, ...); required by the simulated workload",
+    "ATTUNE_SIM_GPUS": "the simulated world size (default: WORLD_SIZE, else 8)",
+    "ATTUNE_SIM_GPUS_PER_NODE": "simulated GPUs per node (default: the projection's for that GPU)",
+    "ATTUNE_SIM_SEED": "which run of the recipe the simulation prints: an integer, or auto (the run's id)",
+    "ATTUNE_SIM_FAULT": "none, nccl_timeout, hang or crash, optionally @STEP",
+    "ATTUNE_SIM_SPEED": "wall-clock seconds per simulated iteration (default 0.02)",
+    "ATTUNE_SIM_TRUTH": "a JSON file for the values the simulated run meant to print",
+    "ATTUNE_RUN_ID": "set by attune launch in every job: the run's id",
+}
 TRAIN_ITERS = 20  # the fixed-shape workload: 20 iterations (measurement.md §2)
 TESTED_CLAUDE_VERSION = "2.1.332"  # the Claude Code the harness is tested with (.ci/run installs it)
 
@@ -276,6 +299,11 @@ def _unknown_problems(values: Mapping[str, str], where: str) -> list:
     for key in sorted(values):
         if not key.startswith(PREFIXES) or key in SPEC_BY_ENV or key in NOT_SETTINGS:
             continue
+        if key in JOB_ENV:
+            problems.append("%s in %s: not a setting: the training job reads it from its own environment (%s). Fix: "
+                            "remove it here; a job's environment is its recipe's runtimeEnvYAML env_vars"
+                            % (key, where, JOB_ENV[key]))
+            continue
         close = difflib.get_close_matches(key, list(SPEC_BY_ENV), n=1)
         hint = "did you mean %s?" % close[0] if close else "see config.example.env for the settings"
         problems.append("%s: unknown setting in %s. Fix: remove it or rename it (%s)" % (key, where, hint))
@@ -412,7 +440,8 @@ def _cross_checks(v: dict, bad: set) -> list:
 
 
 def render_example() -> str:
-    """The text of ``config.example.env``: every setting, one line each with a short comment."""
+    """The text of ``config.example.env``: every setting, one line each with a short comment, then, as comments,
+    every other ``ATTUNE_``/``AUTOTUNE_`` variable ATTUNE reads or a message names (``NOT_SETTINGS``, ``JOB_ENV``)."""
     lines = [
         "# ATTUNE settings. Copy to config.env, fill in, then: set -a; . ./config.env; set +a",
         "# Generated from skill/scripts/attune_core/settings.py (attune settings --example); a test keeps them equal.",
@@ -426,6 +455,10 @@ def render_example() -> str:
         required = " (required)" if spec.default is None else ""
         value = spec.example if spec.default is None else (spec.default if spec.default != "" else spec.example)
         lines.append("%s=%s  # %s%s" % (spec.env, value, spec.help, required))
+    lines += ["", "# --- named in messages, but not settings: never frozen, never read from a settings file"]
+    lines += ["# %s: not a setting, read from the environment: %s" % item for item in NOT_SETTINGS.items()]
+    lines += ["# %s: not a setting, read from the job's environment (the recipe's runtimeEnvYAML env_vars): %s"
+              % item for item in JOB_ENV.items()]
     return "\n".join(lines) + "\n"
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import heapq
 
-from .ranking import RecipeView
+from .ranking import RecipeView, band_text
 from .snapshot import Snapshot
 
 LAST_RESULTS = 5
@@ -53,8 +53,11 @@ def collect(snapshot: Snapshot) -> dict:
         "budget": snapshot.budget.as_dict(),
         "baseline": dict(_recipe(snapshot, ranking.baseline) or {}, role="baseline") if ranking.baseline else None,
         "leader": _recipe(snapshot, ranking.leader),
-        "band": {"value": ranking.band, "basis": ranking.band_basis, "established": ranking.band_established,
-                 "baseline_runs_needed": ranking.repeats_needed},
+        # value is the full range (max - min) / median, the number the leader rule compares with; people read
+        # the band as ± half of it (text)
+        "band": {"value": ranking.band, "full_range": ranking.band, "half_width": ranking.band_half_width,
+                 "text": band_text(ranking.band), "basis": ranking.band_basis,
+                 "established": ranking.band_established, "baseline_runs_needed": ranking.repeats_needed},
         "in_flight": [{"run": run.run, "purpose": run.purpose, "launched": run.launch_ts,
                        "expected_gpu_hours": run.expected_gpu_hours} for run in ranking.in_flight],
         "last_results": last,
@@ -87,7 +90,7 @@ def render(info: dict, budget_text: str) -> str:
         "budget: %s" % budget_text,
         "baseline: %s" % _fmt_recipe(info["baseline"]),
         "leader: %s" % _fmt_recipe(info["leader"]),
-        "band: ±%.2f%% (%s)%s" % (band["value"] * 100, band["basis"],
+        "band: %s, from %s%s" % (band["text"], band["basis"],
                                  "" if band["established"] else "; not established, %d more baseline run(s) needed"
                                  % band["baseline_runs_needed"]),
         "in_flight: %s" % (", ".join("%s (%s, launched %s)" % (r["run"], r["purpose"], r["launched"])

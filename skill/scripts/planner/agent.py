@@ -13,9 +13,10 @@ finalized first, a candidate written but never launched is launched (or left, wh
 nothing already launched is launched again.
 
 It writes ``notes.md`` (the state and a log of what it did and why) and one lesson per tested change
-(``attune lesson``). Progress: one line per event on stderr. Stdout: one JSON object at the end, shaped like
-``claude -p --output-format json``'s result (``session_id``, ``result``, ``is_error``, ``total_cost_usd`` 0,
-``terminal_reason``). Exit 0 when the campaign is over (stop recorded or budget spent, and the report
+(``attune lesson``). Progress: one line per event on stderr, ending with its UTC time, the time since the
+session started and the budget's ETA at this session's burn rate (``planner/progress.py``). Stdout: one JSON
+object at the end, shaped like ``claude -p --output-format json``'s result (``session_id``, ``result``,
+``is_error``, ``total_cost_usd`` 0, ``terminal_reason``). Exit 0 when the campaign is over (stop recorded or budget spent, and the report
 written) or integrity stopped it; 1 on an error (resumable).
 
 Environment: ``ATTUNE_CAMPAIGN_DIR`` (default: the current directory), ``ATTUNE_SESSION_ID``, and the
@@ -46,7 +47,7 @@ SCRIPTS = HERE.parent
 if str(SCRIPTS) not in sys.path:
     sys.path.insert(0, str(SCRIPTS))
 
-from planner import policy, space as space_mod  # noqa: E402
+from planner import policy, progress, space as space_mod  # noqa: E402
 
 ATTUNE = SCRIPTS / "attune.py"
 POLL_S = {"local": 0.1, "kuberay": 90.0}  # a local (simulated) run lasts seconds; poll itself takes ~0.2 s
@@ -64,6 +65,19 @@ class Integrity(Exception):
 
 class PlannerError(Exception):
     pass
+
+
+def _pairs(fields: dict) -> list:
+    """``key=value`` words; a value with a space (or none) is quoted as JSON."""
+    parts = []
+    for key, value in fields.items():
+        if value is None:
+            continue
+        if isinstance(value, float):
+            value = "%.1f" % value
+        text = str(value)
+        parts.append("%s=%s" % (key, json.dumps(text, ensure_ascii=False) if (" " in text or not text) else text))
+    return parts
 
 
 def _now() -> str:
@@ -93,6 +107,7 @@ class Planner(object):
         self.last_status = None  # status --json just taken (after a run was followed), not yet used
         self.settings = {}
         self.baseline_text = None
+        self.clock = progress.Clock()  # the timing fields of the progress lines
 
     # ---------------------------------------------------------------- the verbs
     def verb(self, *args):
@@ -118,20 +133,16 @@ class Planner(object):
         return data
 
     def status(self) -> dict:
-        return self.must("status", "--json")
+        data = self.must("status", "--json")
+        self.clock.seen(data["budget"])
+        return data
 
     # ---------------------------------------------------------------- progress and notes
     def event(self, kind: str, **fields) -> None:
-        parts = ["planner:", kind]
-        for key, value in fields.items():
-            if value is None:
-                continue
-            if isinstance(value, float):
-                value = "%.1f" % value
-            text = str(value)
-            parts.append("%s=%s" % (key, json.dumps(text) if (" " in text or not text) else text))
-        line = " ".join(parts)
-        print(line, file=self.out, flush=True)
+        """One progress line on stderr, ending with the timing fields (``progress.py``); the notes' log keeps it
+        without them, after its own time stamp."""
+        line = " ".join(["planner:", kind] + _pairs(fields))
+        print(" ".join([line] + _pairs(self.clock.fields())), file=self.out, flush=True)
         self.log_lines.append("%s %s" % (_now(), line[len("planner: "):]))
 
     def budget_text(self, status: dict) -> str:
@@ -171,9 +182,9 @@ class Planner(object):
             leader = status.get("leader") or {}
             band = status.get("band") or {}
             lines += ["## Leader", "",
-                      "- %s: %s tokens/s/GPU (%s vs baseline); band +/-%.2f%% (%s); budget %s" % (
+                      "- %s: %s tokens/s/GPU (%s vs baseline); band %s, from %s; budget %s" % (
                           leader.get("run"), _fmt(leader.get("tokens_per_s_per_gpu")),
-                          _pct(leader.get("vs_baseline")), 100 * (band.get("value") or 0), band.get("basis"),
+                          _pct(leader.get("vs_baseline")), band.get("text"), band.get("basis"),
                           self.budget_text(status)), ""]
         if state is not None:
             if state.lineage:

@@ -51,6 +51,8 @@ import hashlib
 import math
 from typing import Dict, List, Optional, Sequence
 
+from attune_core.ranking import band_text
+
 from .space import Alternative, Lever, Prediction
 
 __all__ = ["Measured", "Tried", "Change", "Config", "State", "Option", "Action", "propose", "options", "diagnose",
@@ -426,7 +428,7 @@ def hypothesis(state: State, opt: Option) -> str:
     else:
         parts.append("no projection for this recipe: untested lever from the catalog; expect a change beyond the "
                      "band or a rejection")
-    parts.append("band +/-%.1f%%" % (100 * state.band))
+    parts.append("band %s" % band_text(state.band))
     if top is not None:
         parts.append("top bottleneck %s %.1f%% of the step" % (top[0], 100 * top[1]))
     if opt.retest_of is not None:
@@ -495,8 +497,9 @@ def propose(state: State) -> Action:
         return Action("repeat_baseline", why="%d more baseline run(s) for the noise band"
                       % max(1, state.baseline_runs_needed))
     if state.band > cfg.noisy_band:
-        return _stop(state, "the noise band is +/-%.1f%% (over %.0f%%): the measurement, not the recipe, is the "
-                     "bottleneck; no lever of a few percent can clear it" % (100 * state.band, 100 * cfg.noisy_band))
+        return _stop(state, "the noise band is %s, its full range over %.0f%%: the measurement, not the recipe, is "
+                     "the bottleneck; no lever of a few percent can clear it" % (band_text(state.band),
+                                                                                 100 * cfg.noisy_band))
     # 2. winners: gate, then confirm; transient failures: one rerun
     for tried in sorted(state.tried, key=lambda t: t.order):
         if tried.verdict != "beats":
@@ -527,8 +530,8 @@ def propose(state: State) -> Action:
         change = todo[0]
         gain = "%s" % _pct(change.gain) if change.gain is not None else "its measured gain"
         text = ("Leave-one-out of %s (%s, run %s): remove it from the final stack; hypothesis: the stack loses about "
-                "%s tokens/s/GPU; inside the band +/-%.1f%% means it does not pull its weight here" % (
-                    change.alternative, change.lever, change.run, gain, 100 * state.band))
+                "%s tokens/s/GPU; a loss within the band, %s, means it does not pull its weight here" % (
+                    change.alternative, change.lever, change.run, gain, band_text(state.band)))
         return Action("leave_one_out", lever=change.lever, alternative=change.undo, change=change, hypothesis=text,
                       why="leave-one-out of %s" % change.alternative)
     # 5. stop
@@ -543,10 +546,10 @@ def propose(state: State) -> Action:
     top = ", ".join("%s %.1f%%" % (k, 100 * v) for k, v in shares.items()
                     if k not in ("compute", "memory_headroom") and v > 0)
     skipped = [c.alternative for c in state.lineage[:-1] if c.undo is not None and _loo_pointless(state, c)]
-    return _stop(state, "nothing left has a meaningful chance to clear the band (+/-%.1f%%): every alternative of "
+    return _stop(state, "nothing left has a meaningful chance to clear the band, %s: every alternative of "
                  "the space was tried against leader %s, does not fit, or has P(gain > band) under %.0f%% with the "
                  "projection's error (lognormal sd %.3f)%s%s%s" % (
-                     100 * state.band, state.leader, 100 * cfg.min_probability, error_sd(state),
+                     band_text(state.band), state.leader, 100 * cfg.min_probability, error_sd(state),
                      "; remaining exposed shares: " + top if top else "",
                      "; leave-one-out done" if len(state.lineage) >= 2 and len(skipped) < len(
                          [c for c in state.lineage[:-1] if c.undo is not None]) else "",

@@ -162,7 +162,7 @@ def test_report_ships_the_gated_leader(tmp_path):
     shipped = (campaign / "recipe.yaml").read_bytes()
     assert shipped == (campaign / "runs" / "r004" / "recipe.yaml").read_bytes()
     text = (campaign / "REPORT.md").read_text()
-    assert "**Shipped**" in text and "+6.26% (clears the noise band of ±1.00%" in text
+    assert "**Shipped**" in text and "+6.26% (clears the noise band ±0.50% (full range 1.00%), from the 1.00% floor)" in text
     assert "### r004: set --overlap-grad-reduce; set --overlap-param-gather" in text
     assert "| r006 | micro-batch-size |" in text
     assert "24.0 hours of training on the shipped recipe's 8 GPUs" in text

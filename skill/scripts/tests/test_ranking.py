@@ -229,7 +229,7 @@ def test_a_noise_band_wider_than_a_lever_can_clear_is_pending(tmp_path):
         b.result("r%03d" % index, step)
     ranked = rank(b)
     assert ranked.band_established and ranked.band == pytest.approx(0.3 / 1.3)
-    assert any(item.startswith("the noise band is ±23.1%") for item in ranked.pending)
+    assert any(item.startswith("the noise band is ±11.54% (full range 23.08%)") for item in ranked.pending)
     quiet = Builder(tmp_path / "q")
     quiet.baseline(3, 1000.0)
     assert not any("noise band" in item for item in rank(quiet).pending)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import ast
+import re
 import subprocess
 
 import pytest
@@ -164,3 +166,55 @@ def test_check_files_names_the_missing_baseline(tmp_path):
     with pytest.raises(SettingsError) as info:
         loaded.check_files()
     assert "ATTUNE_BASELINE_YAML=" in info.value.problems[0] and "no such file" in info.value.problems[0]
+
+
+ERROR_NAME = re.compile(r"\b(?:ATTUNE|AUTOTUNE)_[A-Z0-9_]*[A-Z0-9]\b")
+
+
+def names_in_error_messages() -> dict:
+    """Every ATTUNE_/AUTOTUNE_ name in a message the code gives when something is wrong: the strings of every
+    ``raise``, of every ``print(..., file=sys.stderr)`` and every string with a ``Fix:`` (skill/ and harness/,
+    tests aside): ``{name: {file, ...}}``."""
+    found = {}
+    for root in ("skill", "harness"):
+        for path in sorted((REPO / root).rglob("*.py")):
+            if "tests" in path.relative_to(REPO).parts:
+                continue
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                if isinstance(node, ast.Raise) and node.exc is not None:
+                    scope = node.exc
+                elif isinstance(node, ast.Call) and any(k.arg == "file" and "stderr" in ast.dump(k.value)
+                                                        for k in node.keywords):
+                    scope = node
+                elif isinstance(node, ast.Constant) and isinstance(node.value, str) and "Fix:" in node.value:
+                    scope = node
+                else:
+                    continue
+                for sub in ast.walk(scope):
+                    if isinstance(sub, ast.Constant) and isinstance(sub.value, str):
+                        for name in ERROR_NAME.findall(sub.value):
+                            found.setdefault(name, set()).add(str(path.relative_to(REPO)))
+    return found
+
+
+def test_every_name_an_error_message_gives_is_in_config_example_env():
+    found = names_in_error_messages()
+    assert {"ATTUNE_CLAUDE_BIN", "ATTUNE_SIM_HARDWARE", "AUTOTUNE_GPUH_BUDGET"} <= set(found)  # the scan sees them
+    text = (REPO / "config.example.env").read_text()
+    settings_lines = {line.split("=", 1)[0] for line in text.splitlines() if line and not line.startswith("#")}
+    documented = {line[2:].split(":", 1)[0] for line in text.splitlines()
+                  if line.startswith("# ") and ": not a setting, read from the " in line}
+    missing = {name: sorted(files) for name, files in found.items() if name not in settings_lines | documented}
+    assert not missing, "named by an error but not in config.example.env: %s" % missing
+    assert documented == set(s.NOT_SETTINGS) | set(s.JOB_ENV) and not documented & settings_lines
+
+
+def test_a_job_variable_in_a_settings_file_says_where_it_belongs(tmp_path):
+    config = tmp_path / "config.env"
+    config.write_text("ATTUNE_SIM_SEED=3\n")
+    with pytest.raises(SettingsError) as caught:
+        s.load(dict(GOOD), config)
+    assert "ATTUNE_SIM_SEED in %s: not a setting: the training job reads it from its own environment" % config in \
+        str(caught.value) and "runtimeEnvYAML env_vars" in str(caught.value)
+    config.write_text("ATTUNE_CLAUDE_BIN=/opt/claude\n")  # read from the environment: ignored in a settings file
+    assert s.load(dict(GOOD), config) == s.load(dict(GOOD))
