@@ -13,7 +13,6 @@ import hashlib
 import json
 import os
 import re
-from pathlib import Path
 from typing import Optional
 
 from . import legality, levers as levers_mod, workload

@@ -32,7 +32,6 @@ import argparse
 import datetime
 import hashlib
 import json
-import math
 import os
 import re
 import signal
