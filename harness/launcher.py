@@ -69,6 +69,7 @@ from attune_core.errors import (EXIT_CHECK_FAILED, EXIT_INTEGRITY, EXIT_OK, EXIT
                                 InputError)
 
 MAX_CAP_RESUMES = 3
+_RESUME = []  # the resume command of each session this process started, for the line Ctrl-C prints
 CLAUDE_SETTINGS = ".attune/claude_settings.json"
 PLANNER = ".attune/skill/scripts/planner/agent.py"  # the planner agent, from the campaign's read-only skill copy
 SKILL_LINK = ".claude/skills/attune"
@@ -224,9 +225,9 @@ def run_agent(directory: Path, settings, prompt_file: Path, session: str = None,
     prompt = prompt_file.read_text(encoding="utf-8")
     new_session = None if session else (new_session or str(uuid.uuid4()))
     argv = agent_command(settings, prompt, session, extra, directory, new_session)
+    _RESUME.append(resume_command(directory, session or new_session))
     print("launch_campaign: session %s %s; if it stops before the campaign is over, resume it with: %s"
-          % (session or new_session, "resumed" if session else "started",
-             resume_command(directory, session or new_session)), file=sys.stderr)
+          % (session or new_session, "resumed" if session else "started", _RESUME[-1]), file=sys.stderr)
     # no bytecode caches written into the read-only tool copies (the integrity record holds their sources)
     env = dict(os.environ, ATTUNE_CAMPAIGN_DIR=str(directory), ATTUNE_PROMPT_FILE=str(prompt_file),
                ATTUNE_SESSION_ID=session or new_session, PYTHONDONTWRITEBYTECODE="1")
@@ -481,6 +482,8 @@ def main(argv=None) -> int:
             for line in exc.lines():
                 print("launch_campaign: %s" % line, file=sys.stderr)
             return exc.exit_code
+        except KeyboardInterrupt:
+            return _interrupted()
     if not argv:
         sys.stderr.write(help_text())
         return EXIT_USAGE
@@ -500,6 +503,16 @@ def main(argv=None) -> int:
         for line in exc.lines():
             print("launch_campaign: %s" % line, file=sys.stderr)
         return exc.exit_code
+    except KeyboardInterrupt:
+        return _interrupted()
+
+
+def _interrupted() -> int:
+    """Ctrl-C: say how to go on (the runs in flight keep running; the resumed session follows them)."""
+    how = ("resume with: %s" % _RESUME[-1]) if _RESUME else "no session had started"
+    print("launch_campaign: interrupted; the runs in flight go on and a resumed session follows them; %s" % how,
+          file=sys.stderr)
+    return 130
 
 
 if __name__ == "__main__":

@@ -62,3 +62,28 @@ def test_a_stopped_demo_resumes_with_the_command_it_printed(tmp_path):
     assert last.returncode == 0 and "finished: yes" in last.stdout, last.stderr[-3000:]
     assert launches(directory) == after
     assert set(sessions(directory)) == {session}
+
+
+def test_ctrl_c_says_how_to_resume_and_the_printed_command_finishes_the_campaign(tmp_path):
+    import signal
+
+    directory = tmp_path / "demo"
+    proc = subprocess.Popen(["bash", str(REPO / "harness" / "launch_campaign.sh"), "--demo", str(directory)],
+                            env=bare_env(), cwd=str(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True)
+    seen = []
+    for line in proc.stderr:  # Ctrl-C once the first run has a result: the terminal signals the whole group
+        seen.append(line)
+        if line.startswith("planner: result "):
+            break
+    os.killpg(proc.pid, signal.SIGINT)
+    rest_out, rest_err = proc.communicate(timeout=120)
+    err = "".join(seen) + rest_err
+    assert proc.returncode == 130, err[-3000:]
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("launch_campaign: interrupted;") and "Traceback" not in rest_err, err[-3000:]
+    printed = last.split("resume with: ", 1)[1]
+    resumed = run(printed, bare_env(), tmp_path)
+    assert resumed.returncode == 0 and "finished: yes" in resumed.stdout, resumed.stderr[-3000:]
+    runs = launches(directory)
+    assert len(runs) == len(set(runs)) > 1
