@@ -221,13 +221,11 @@ def test_prepare_runs_the_doctor_and_refuses_on_a_failing_check(tmp_path):
 
 
 def cluster_env(tmp_path, kube_url):
+    from fake_kube import write_kubeconfig
+
     directory, env = setup(tmp_path)
     kubeconfig = tmp_path / "kubeconfig"
-    kubeconfig.write_text(
-        "apiVersion: v1\nkind: Config\ncurrent-context: test\n"
-        "clusters: [{name: fake, cluster: {server: '%s'}}]\n"
-        "users: [{name: u, user: {token: not-a-secret}}]\n"
-        "contexts: [{name: test, context: {cluster: fake, user: u}}]\n" % kube_url)
+    write_kubeconfig(kubeconfig, kube_url, namespace=None)
     baseline = tmp_path / "baseline.yaml"
     baseline.write_text((REPO / "skill" / "scripts" / "tests" / "data" / "recipes" / "megatron_rayjob.yaml").read_text())
     env.update({"KUBECONFIG": str(kubeconfig), "ATTUNE_BACKEND": "kuberay", "ATTUNE_KUBE_CONTEXT": "test",

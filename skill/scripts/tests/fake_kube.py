@@ -46,6 +46,16 @@ def ws_frame(payload: bytes, opcode: int = 2) -> bytes:
     return head + payload
 
 
+def write_kubeconfig(path, server: str, namespace: str = "ml-tuning"):
+    """A kubeconfig at ``path`` whose one context, ``test``, points at ``server`` (e.g. ``FakeKube().url``)."""
+    context = "{cluster: fake, user: u%s}" % (", namespace: %s" % namespace if namespace else "")
+    path.write_text("apiVersion: v1\nkind: Config\ncurrent-context: test\n"
+                    "clusters: [{name: fake, cluster: {server: '%s'}}]\n"
+                    "users: [{name: u, user: {token: not-a-secret}}]\n"
+                    "contexts: [{name: test, context: %s}]\n" % (server, context))
+    return path
+
+
 class FakeKube(object):
     def __init__(self):
         self.rayjobs = {}  # (ns, name) -> object

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 from conftest import DATA, REPO
-from fake_kube import FakeKube
+from fake_kube import FakeKube, write_kubeconfig
 
 from attune_core import campaign as campaign_mod
 from attune_core import cli, doctor
@@ -42,11 +42,7 @@ def kube():
 def cluster(kube, tmp_path, monkeypatch):
     """Settings of a KubeRay campaign in the environment, its kubeconfig pointing at the fake API."""
     kubeconfig = tmp_path / "kubeconfig"
-    kubeconfig.write_text(
-        "apiVersion: v1\nkind: Config\ncurrent-context: test\n"
-        "clusters: [{name: fake, cluster: {server: '%s'}}]\n"
-        "users: [{name: u, user: {token: not-a-secret}}]\n"
-        "contexts: [{name: test, context: {cluster: fake, user: u, namespace: ml-tuning}}]\n" % kube.url)
+    write_kubeconfig(kubeconfig, kube.url)
     baseline = tmp_path / "baseline.yaml"
     baseline.write_text(RECIPE)
     env = {"KUBECONFIG": str(kubeconfig), "ATTUNE_BACKEND": "kuberay", "ATTUNE_KUBE_CONTEXT": "test",

@@ -7,7 +7,7 @@ import json
 import pytest
 import yaml
 from conftest import DATA
-from fake_kube import FakeKube
+from fake_kube import FakeKube, write_kubeconfig
 from factory import settings as make_settings
 
 from attune_core.errors import CheckFailed, InputError
@@ -134,11 +134,7 @@ def cluster_campaign(kube, tmp_path, monkeypatch):
     import shutil
     from attune_core import campaign as campaign_mod
     kubeconfig = tmp_path / "kubeconfig"
-    kubeconfig.write_text(
-        "apiVersion: v1\nkind: Config\ncurrent-context: test\n"
-        "clusters: [{name: fake, cluster: {server: '%s'}}]\n"
-        "users: [{name: u, user: {token: not-a-secret}}]\n"
-        "contexts: [{name: test, context: {cluster: fake, user: u, namespace: ml-tuning}}]\n" % kube.url)
+    write_kubeconfig(kubeconfig, kube.url)
     monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
     baseline = tmp_path / "baseline.yaml"
     shutil.copy(DATA / "recipes" / "megatron_rayjob.yaml", baseline)

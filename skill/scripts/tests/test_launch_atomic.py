@@ -14,7 +14,7 @@ from contextlib import redirect_stderr, redirect_stdout
 
 import pytest
 from conftest import DATA
-from fake_kube import FakeKube
+from fake_kube import FakeKube, write_kubeconfig
 from factory import settings as make_settings
 
 from attune_core import campaign as campaign_mod
@@ -34,11 +34,7 @@ def kube():
 
 def kubeconfig(tmp_path, monkeypatch, server: str):
     path = tmp_path / "kubeconfig"
-    path.write_text(
-        "apiVersion: v1\nkind: Config\ncurrent-context: test\n"
-        "clusters: [{name: fake, cluster: {server: '%s'}}]\n"
-        "users: [{name: u, user: {token: not-a-secret}}]\n"
-        "contexts: [{name: test, context: {cluster: fake, user: u, namespace: ml-tuning}}]\n" % server)
+    write_kubeconfig(path, server)
     monkeypatch.setenv("KUBECONFIG", str(path))
 
 
