@@ -80,9 +80,9 @@ def test_ctrl_c_says_how_to_resume_and_the_printed_command_finishes_the_campaign
     rest_out, rest_err = proc.communicate(timeout=120)
     err = "".join(seen) + rest_err
     assert proc.returncode == 130, err[-3000:]
-    last = err.strip().splitlines()[-1]
-    assert last.startswith("launch_campaign: interrupted;") and "Traceback" not in rest_err, err[-3000:]
-    printed = last.split("resume with: ", 1)[1]
+    ends = [line for line in err.splitlines() if line.startswith("launch_campaign: interrupted;")]
+    assert len(ends) == 1 and "Traceback" not in err, err[-3000:]
+    printed = ends[0].split("resume with: ", 1)[1]
     resumed = run(printed, bare_env(), tmp_path)
     assert resumed.returncode == 0 and "finished: yes" in resumed.stdout, resumed.stderr[-3000:]
     runs = launches(directory)

@@ -122,6 +122,8 @@ class Planner(object):
                 data = None
         if proc.returncode == 3:
             raise Integrity(err.strip() or out.strip())
+        if proc.returncode in (130, -2):  # the verb was interrupted (Ctrl-C reaches the whole process group)
+            raise KeyboardInterrupt
         return proc.returncode, data, out, err
 
     def must(self, *args):
@@ -848,6 +850,17 @@ def _layout(recipe) -> str:
     return ", ".join(parts)
 
 
+def _interrupted(_signum, _frame) -> None:
+    """Ctrl-C: end at once with one line, wherever the planner is. Everything it records goes through the attune
+    verbs (each interrupted on its own) and notes.md is replaced whole, so nothing is left half written; the
+    launcher prints how to resume."""
+    try:
+        sys.stderr.write("planner: interrupted\n")
+        sys.stderr.flush()
+    finally:
+        os._exit(130)
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="planner/agent.py", description=__doc__.split("\n\n")[0])
     parser.add_argument("--session", help="the session id (resuming it)")
@@ -855,6 +868,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     directory = Path(args.campaign or os.environ.get("ATTUNE_CAMPAIGN_DIR") or ".").resolve()
     session = args.session or os.environ.get("ATTUNE_SESSION_ID") or "planner-%d" % os.getpid()
+    signal.signal(signal.SIGINT, _interrupted)
     planner = Planner(directory, session)
     try:
         reason, summary = planner.run()
@@ -862,6 +876,9 @@ def main(argv=None) -> int:
     except EarlyExit as exc:
         planner.event("exit", why=str(exc))
         reason, summary, error = "fault", str(exc), False
+    except KeyboardInterrupt:  # Ctrl-C: one line; the launcher says how to resume
+        print("planner: interrupted", file=sys.stderr, flush=True)
+        return 130
     except Exception as exc:  # report, then exit 1: the launcher prints how to resume
         import traceback
         traceback.print_exc(file=sys.stderr)
