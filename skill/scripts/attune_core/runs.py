@@ -42,8 +42,9 @@ def _merge_hooks(own: list, extra: list) -> list:
     return list(merged.values())
 
 
-def _launch_rows(campaign: Campaign) -> dict:
-    return {row["run"]: row for row in campaign.ledger.rows() if row["kind"] == "launch"}
+def _launch_rows(campaign: Campaign, rows: list = None) -> dict:
+    rows = campaign.ledger.rows() if rows is None else rows
+    return {row["run"]: row for row in rows if row["kind"] == "launch"}
 
 
 def _first_baseline(launches: dict, never_ran: set = frozenset()) -> Optional[str]:
@@ -52,9 +53,10 @@ def _first_baseline(launches: dict, never_ran: set = frozenset()) -> Optional[st
     return baselines[0][1] if baselines else None
 
 
-def _never_ran(campaign: Campaign) -> set:
-    """The runs whose submission failed (a closed launch: no GPU time, no budget, no purpose)."""
-    return {row["run"] for row in campaign.ledger.rows()
+def _never_ran(rows: list) -> set:
+    """The runs whose submission failed (a closed launch: no GPU time, no budget, no purpose), as
+    ``ranking.RunView.never_ran`` reads them."""
+    return {row["run"] for row in rows
             if row["kind"] == "result" and (row.get("failure") or {}).get("class") == SUBMIT_FAILED}
 
 
@@ -66,8 +68,9 @@ def launch(campaign: Campaign, settings, run: str = None, baseline: bool = False
     ``pod_hooks`` (records from ``podhooks.parse``) add to a candidate's own and override them by name."""
     if sum(bool(x) for x in (run, baseline, repeat_of, profile_of)) != 1:
         raise InputError("give exactly one of RUN, --baseline, --repeat-of RUN or --profile-of RUN")
-    launches = _launch_rows(campaign)
-    never_ran = _never_ran(campaign)
+    ledger_rows = campaign.ledger.rows()
+    launches = _launch_rows(campaign, ledger_rows)
+    never_ran = _never_ran(ledger_rows)
     first_baseline = _first_baseline(launches, never_ran)
     record = {}
     if baseline:
