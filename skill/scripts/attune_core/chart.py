@@ -59,9 +59,10 @@ def chart_data(ranking: Ranking) -> dict:
                for sha, recipe in ranking.recipes.items()}
     series = {}  # (purpose, colour) -> ([x], [y])
     failed, unscored, labels = [], [], []
-    simulated = False
+    simulated = cpu = False
     for index, run in enumerate(ranking.runs, 1):
         simulated = simulated or run.simulated
+        cpu = cpu or run.cpu
         score = run.score
         if score is None or not score.rankable:
             if run.status == "running":
@@ -94,6 +95,7 @@ def chart_data(ranking: Ranking) -> dict:
         "band_text": band_text(ranking.band) if ranking.band_established else "",
         "leader": lead.first.run if lead is not None else None,
         "simulated": simulated,
+        "cpu": cpu and not simulated,
     }
 
 
@@ -206,7 +208,9 @@ def figure(data: dict):
         ax.set_xticks(range(1, count + 1))
     else:
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-    ax.set_title("tokens/s/GPU of every run, in launch order" + (" (%s)" % SIMULATED if data["simulated"] else ""))
+    ax.set_title("tokens/s/GPU of every run, in launch order" + (" (%s)" % SIMULATED if data["simulated"] else
+                                                                  " (cpu: a real program on a CPU)" if data.get("cpu")
+                                                                  else ""))
     ax.set_xlabel("run (launch order)")
     ax.set_ylabel("tokens/s/GPU")
     ax.grid(True, alpha=0.25)

@@ -282,10 +282,12 @@ def cmd_metrics(args) -> int:
     found = triage.classify(parsed, exit_code=args.exit_code)
     parsed["triage"] = found.as_dict() if found else None
     steps = parsed["steps"]
-    lines = ["log: %s" % path, "format: %s" % (parsed["format"] or "unknown (no record recognised)"),
-             "steps: %d%s" % (len(steps), " (iterations %d-%d)" % (steps[0]["step"], steps[-1]["step"]) if steps else ""),
-             "memory_reports: %d" % len(parsed["memory"]), "timer_blocks: %d" % len(parsed["timers"]),
-             "bridge_steps: %d" % len(parsed["bridge_steps"]), "slime_records: %d" % len(parsed["perf"])]
+    lines = ["log: %s" % path, "format: %s" % (parsed["format"] or "unknown (no record recognised)")]
+    if parsed.get("device") == "cpu":
+        lines.append("device: cpu (the attune-cpu layer: a real program on a CPU, not a GPU measurement)")
+    lines += ["steps: %d%s" % (len(steps), " (iterations %d-%d)" % (steps[0]["step"], steps[-1]["step"]) if steps else ""),
+              "memory_reports: %d" % len(parsed["memory"]), "timer_blocks: %d" % len(parsed["timers"]),
+              "bridge_steps: %d" % len(parsed["bridge_steps"]), "slime_records: %d" % len(parsed["perf"])]
     lines += ["failure: %s at line %d: %s" % (f["kind"], f["line_no"], f["line"].strip()[:200])
               for f in parsed["failures"]]
     lines += ["warning: %s" % warning for warning in parsed["warnings"]]

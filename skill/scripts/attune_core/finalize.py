@@ -95,6 +95,8 @@ def finalize(campaign: Campaign, facts: RunFacts) -> dict:
                "status": "finished" if finished else ("timeout" if found and found.cls == "hang" else "failed")}
     if log_sha:
         payload["log_sha256"] = log_sha
+    if parsed.get("device") == "cpu":  # the cpu hook's layer said so in the log
+        payload["cpu"] = True
     if not finished:
         failure = found.as_dict() if found else {
             "cls": "crash", "evidence": "exit code %s and %d iterations logged, with no failure line"

@@ -83,6 +83,8 @@ def entry(snapshot, run_id: str, text: str, lever: str = None, today: str = None
     recipe = ranking.recipe_of(run_id)
     if recipe.simulated:  # a lesson from the simulated workload must never pass for a measurement
         result += "; SIMULATED"
+    elif recipe.cpu:  # measured, but on a CPU: a GPU's answer may differ
+        result += "; cpu"
     runs = ", ".join("%s (%s)" % (r.run, r.purpose) for r in recipe.runs)
     today = today or datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d")
     return ("### %s %s (campaign %s)\n- **Runs**: %s\n- **Result**: %s\n- **Verdict**: %s\n- **Lesson**: %s\n"

@@ -58,6 +58,11 @@ _FAILURES = (
 )
 # Lines of the in-pod hook wrapper (pod_hooks/wrap.py): they report on hooks, never on the run.
 POD_HOOKS_PREFIX = "attune-pod-hooks:"
+# The ``cpu`` hook's start-up layer (pod_hooks/cpu.py) says so at start: the run is a real program on a CPU,
+# whose memory report and TFLOP/s figure are stubs (0), so they are unavailable, never 0.
+CPU_LAYER_MARK = "attune-cpu: "
+CPU_UNAVAILABLE = ("unavailable: a CPU run (the attune-cpu layer): the CPU has no CUDA memory counters and Megatron's "
+                   "TFLOP/s figure is not measured there")
 
 _KNOWN_FIELDS = {
     "elapsed time per iteration (ms)": ("elapsed_ms", float),
@@ -185,8 +190,8 @@ class _Parser(object):
     """The per-line logic; the drivers below hand it only lines that can matter."""
 
     def __init__(self):
-        self.out = {"format": None, "steps": [], "memory": [], "timers": [], "bridge_steps": [], "perf": [],
-                    "failures": [], "warnings": []}
+        self.out = {"format": None, "device": None, "steps": [], "memory": [], "timers": [], "bridge_steps": [],
+                    "perf": [], "failures": [], "warnings": []}
         self.formats = set()
         self.timer_block = None
 
@@ -202,6 +207,9 @@ class _Parser(object):
             self.timer_block = {"line_no": line_no, "format": "minmax", "values": {}}
             out["timers"].append(self.timer_block)
             self.formats.add("megatron")
+            return
+        if CPU_LAYER_MARK in line and line.lstrip().startswith(CPU_LAYER_MARK):
+            out["device"] = "cpu"
             return
         if "iteration" in line:
             step = parse_iteration(line)
@@ -269,12 +277,29 @@ class _Parser(object):
 
     def result(self) -> dict:
         self.out["format"] = "+".join(sorted(self.formats)) if self.formats else None
+        if self.out["device"] == "cpu":
+            _cpu_unavailable(self.out)
         _warn_about_steps(self.out)
         return self.out
 
 
+def _cpu_unavailable(out: dict) -> None:
+    """A CPU run's memory report and TFLOP/s: None with the reason, never the stubs' 0."""
+    touched = False
+    for record in out["memory"]:
+        for key in ("allocated_mb", "max_allocated_mb", "reserved_mb", "max_reserved_mb"):
+            touched = touched or record.get(key) is not None
+            record[key] = None
+        record["unavailable"] = CPU_UNAVAILABLE
+    for step in out["steps"]:
+        touched = touched or step.get("tflops_per_gpu") is not None
+        step["tflops_per_gpu"] = None
+    if touched:
+        out["warnings"].append("memory (MB) and TFLOP/s/GPU are %s" % CPU_UNAVAILABLE)
+
+
 _INTERESTING = re.compile("|".join(re.escape(word) for word in (
-    ("iteration", "memory (MB)", "time (ms)", "Step Time", ": {", _TIMER_BLOCK)
+    ("iteration", "memory (MB)", "time (ms)", "Step Time", ": {", _TIMER_BLOCK, CPU_LAYER_MARK)
     + tuple(word for _kind, words, _pattern in _FAILURES for word in words))))
 CHUNK_CHARS = 8 << 20
 

@@ -20,7 +20,7 @@ from .errors import InputError
 SCRIPTS = Path(__file__).resolve().parent.parent  # skill/scripts of this installation
 
 
-def parse(texts) -> list:
+def parse(texts, where: str = "--pod-hook") -> list:
     """``NAME[:KEY=VALUE,...]`` strings to hook records, checked against the registry now (not in the pod)."""
     hooks = []
     for text in texts or ():
@@ -34,10 +34,10 @@ def parse(texts) -> list:
             elif key is not None:  # a value holding commas: ranks=0,8
                 args[key] += "," + item.strip()
             else:
-                raise InputError("--pod-hook %s: %r is not KEY=VALUE. Fix: e.g. --pod-hook profiler:start=10,end=12"
-                                 % (text, item))
+                raise InputError("%s %s: %r is not KEY=VALUE. Fix: e.g. %s profiler:start=10,end=12"
+                                 % (where, text, item, where))
         hooks.append({"name": name.strip(), "args": args} if args else {"name": name.strip()})
-    check(hooks)
+    check(hooks, where)
     return hooks
 
 

@@ -37,7 +37,8 @@ def _lever(ranking, recipe) -> dict:
     return {"run": first.run, "lever": first.lever, "change": first.change, "hypothesis": first.hypothesis,
             "evidence_runs": [run.run for run in recipe.runs], "tokens_per_s_per_gpu": recipe.score,
             "vs_parent": ranking.relative(recipe.score, parent), "gate": recipe.gate,
-            "status": ranking.run_status(first), "simulated": recipe.simulated}
+            "status": ranking.run_status(first), "simulated": recipe.simulated,
+            "cpu": recipe.cpu}
 
 
 def build(snapshot, shipped: bool) -> dict:
@@ -62,6 +63,7 @@ def build(snapshot, shipped: bool) -> dict:
         "rejected": [_lever(ranking, recipe) for recipe in rejected if not recipe.is_baseline],
         "gpu_hours_spent": snapshot.budget.gpu_hours_spent,
         "simulated": any(run.simulated for run in ranking.runs),
+        "cpu": any(run.cpu for run in ranking.runs),
     }
 
 

@@ -46,6 +46,7 @@ class RunView:
     hypothesis: str = ""
     lever: str = ""
     simulated: bool = False
+    cpu: bool = False  # a real program on a CPU (the ``cpu`` pod hook): a measurement, but not of a GPU
     expected_gpu_hours: Optional[float] = None
     recipe_path: str = ""
     profiled: bool = False  # launched through the ``profiler`` pod hook (the launch row's ``pod_hooks``)
@@ -92,6 +93,7 @@ class RecipeView(object):
         verdicts = {run.gate for run in runs if run.gate}
         self.gate = "fail" if "fail" in verdicts else ("pass" if "pass" in verdicts else None)
         self.simulated = any(run.simulated for run in runs)
+        self.cpu = any(run.cpu for run in runs)
 
 
 @dataclasses.dataclass
@@ -262,7 +264,8 @@ def merge(rows, window=(5, 19), scores=None, runs=None) -> tuple:
             run=run_id, purpose=row["purpose"], recipe=row["recipe_sha256"], launch_ts=row["ts"],
             gpus=row["gpus"], backend=row["backend"], parent=row.get("parent"), change=row.get("change"),
             hypothesis=row.get("hypothesis", ""), lever=row.get("lever", ""),
-            simulated=bool(row.get("simulated", False)), expected_gpu_hours=row.get("expected_gpu_hours"),
+            simulated=bool(row.get("simulated", False)), cpu=bool(row.get("cpu", False)),
+            expected_gpu_hours=row.get("expected_gpu_hours"),
             recipe_path=row.get("recipe_path", ""),
             profiled=any(hook.get("name") == "profiler" for hook in row.get("pod_hooks") or ()),
             projected=(row.get("projection") or {}).get("tokens_per_s_per_gpu"))
@@ -287,6 +290,7 @@ def merge(rows, window=(5, 19), scores=None, runs=None) -> tuple:
         run.result_ts = row["ts"]
         run.result_seq = row["seq"]
         run.simulated = run.simulated or bool(row.get("simulated", False))
+        run.cpu = run.cpu or bool(row.get("cpu", False))
         score = scores.get(row["seq"]) if scores is not None else None
         run.score = score if score is not None else score_run(row["status"], row.get("metrics"), window,
                                                                  row.get("failure"))

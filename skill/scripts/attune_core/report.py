@@ -16,7 +16,7 @@ from typing import Optional
 from . import preship, project_summary
 from .campaign import REPORT, SHIPPED_RECIPE
 from .ranking import band_text
-from .results import SIMULATED, budget_lines, cell, describe_change, pct, tok
+from .results import CPU, SIMULATED, budget_lines, cell, cpu_lines, describe_change, mark, pct, tok
 from .snapshot import Snapshot
 
 
@@ -75,6 +75,9 @@ def render(snapshot: Snapshot, checks: list, shipped: bool, payback: Optional[fl
     if simulated:
         out += ["", "**%s**: %d of %d runs ran on the simulated workload; their throughput is a model's output, not "
                 "a measurement of real hardware." % (SIMULATED, simulated, len(ranking.runs))]
+    cpu = cpu_lines(ranking)
+    if cpu:
+        out += [""] + cpu[:-1]
     out += ["", "## Outcome", "", "| | |", "|---|---|"]
     out.append("| Baseline | %s |" % (_recipe_text(base) if base else "none"))
     out.append("| Shipped recipe | %s |" % (_recipe_text(lead) if lead and shipped else "none"))
@@ -140,7 +143,7 @@ def render(snapshot: Snapshot, checks: list, shipped: bool, payback: Optional[fl
 
 def _recipe_text(recipe) -> str:
     return "%s: %s tokens/s/GPU (median of %d run(s))%s" % (
-        recipe.first.run, tok(recipe.score) or "n/a", len(recipe.rankable), " " + SIMULATED if recipe.simulated else "")
+        recipe.first.run, tok(recipe.score) or "n/a", len(recipe.rankable), mark(recipe))
 
 
 def _caveats(snapshot: Snapshot, shipped: bool) -> list:
@@ -159,6 +162,9 @@ def _caveats(snapshot: Snapshot, shipped: bool) -> list:
         out.append("The agent's model cost was not recorded in the ledger.")
     if any(run.simulated for run in ranking.runs):
         out.append("%s runs are not measurements of real hardware." % SIMULATED)
+    if any(run.cpu for run in ranking.runs):
+        out.append("%s runs measure a real program on a CPU: their gains are this host's, and a GPU's may differ "
+                   "in size and sign." % CPU)
     out += ranking.warnings
     return out
 

@@ -16,6 +16,27 @@ from .budget import BudgetState
 from .ranking import Ranking, RunView, band_text
 
 SIMULATED = "SIMULATED"
+CPU = "cpu"  # a run through the cpu pod hook: a real program measured on a CPU, not on a GPU
+CPU_NOTE = ("a real Megatron-LM program run on a CPU through the `cpu` start-up layer: its throughput is measured, "
+            "but on a CPU, not a GPU, and its memory and TFLOP/s figures are unavailable")
+
+
+def mark(item) -> str:
+    """`` SIMULATED`` or `` cpu`` for a run or recipe that is not a GPU measurement, else ``""``."""
+    if getattr(item, "simulated", False):
+        return " " + SIMULATED
+    if getattr(item, "cpu", False):
+        return " " + CPU
+    return ""
+
+
+def cpu_lines(ranking: Ranking) -> list:
+    """The note that opens RESULTS.md and REPORT.md when any run ran on a CPU."""
+    cpu = [run for run in ranking.runs if run.cpu and not run.simulated]
+    if not cpu:
+        return []
+    return ["**%s**: %d of %d runs are %s. They are marked %s below." % (CPU, len(cpu), len(ranking.runs), CPU_NOTE,
+                                                                       CPU), ""]
 HYPOTHESIS_CHARS = 80  # a hypothesis in a table: one line of about this many characters
 
 
@@ -105,6 +126,7 @@ def render(ranking: Ranking, budget: BudgetState, campaign_id: str, ledger_rows:
         out += ["**%s**: %d of %d runs ran on the simulated workload; their throughput is a model's output, "
                 "not a measurement of real hardware. They are marked %s below." % (
                     SIMULATED, len(simulated), len(ranking.runs), SIMULATED), ""]
+    out += cpu_lines(ranking)
     base, lead = ranking.baseline, ranking.leader
     out += ["| | |", "|---|---|"]
     if base is None:
@@ -162,13 +184,13 @@ def projection_lines(ranking: Ranking) -> list:
            + (" SIMULATED runs print the projection plus the simulator's noise, so their error says nothing about "
               "the projection's accuracy." if any(run.simulated for run in rows) else ""), "",
            "| run | projected tokens/s/GPU | measured | error |", "|---|---:|---:|---:|"]
-    out += ["| %s%s | %s | %s | %s |" % (run.run, " " + SIMULATED if run.simulated else "", tok(run.projected),
+    out += ["| %s%s | %s | %s | %s |" % (run.run, mark(run), tok(run.projected),
                                          tok(run.tokens), pct(run.tokens / run.projected - 1)) for run in rows]
     return out
 
 
 def _sim(recipe) -> str:
-    return " " + SIMULATED if recipe.simulated else ""
+    return mark(recipe)
 
 
 def _run_row(ranking: Ranking, run: RunView) -> str:
@@ -181,8 +203,8 @@ def _run_row(ranking: Ranking, run: RunView) -> str:
     if vs_parent is not None and ranking.band_established:
         band = "clears" if abs(vs_parent) > ranking.band else "within"
     throughput = tok(value)
-    if throughput and run.simulated:
-        throughput += " " + SIMULATED
+    if throughput:
+        throughput += mark(run)
     # Purposes and gate verdicts are enums and the numbers are formatted here: the rest is escaped.
     return "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
         cell(run.run), run.purpose, cell(run.parent or ""), cell(describe_change(run.change)),

@@ -109,7 +109,8 @@ def launch(campaign: Campaign, settings, run: str = None, baseline: bool = False
         if parent is None:
             raise InputError("launch the baseline first (`attune launch --baseline`): the candidate's parent is it")
     recipe = Recipe(text, str(recipe_path)).require_gpus()
-    hooks = _merge_hooks(record.get("pod_hooks") or [], pod_hooks or [])
+    campaign_hooks = podhooks.parse(settings.pod_hooks.split(), where="ATTUNE_POD_HOOKS")
+    hooks = _merge_hooks(campaign_hooks + list(record.get("pod_hooks") or []), pod_hooks or [])
     if hooks:  # checked before anything is written
         podhooks.check(hooks)
         podhooks.scripts_dir(settings)
@@ -133,6 +134,8 @@ def launch(campaign: Campaign, settings, run: str = None, baseline: bool = False
                "gpus": recipe.gpus(), "backend": settings.backend}
     if Path(recipe.command.program).name == SIMULATED_PROGRAM:  # every output marks such a run SIMULATED
         payload["simulated"] = True
+    if any(hook["name"] == "cpu" for hook in hooks):  # a real program on a CPU: every output marks it cpu
+        payload["cpu"] = True
     projection = record.get("projection")
     if projection is None and purpose in ("baseline", "repeat", "confirm"):
         try:  # what the projection expected, beside what the run will measure (RESULTS.md compares them)

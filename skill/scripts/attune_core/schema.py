@@ -30,12 +30,12 @@ LEDGER_KINDS = {
          "gpus": "int", "backend": "str"},
         {"parent": "str?", "change": "any", "hypothesis": "str", "lever": "str",
          "expected_gpu_hours": "number", "recipe_path": "str", "simulated": "bool",
-         "pod_hooks": "list", "rows_sha256": "str", "projection": "object"},
+         "cpu": "bool", "pod_hooks": "list", "rows_sha256": "str", "projection": "object"},
     ),
     "result": (
         {"run": "str", "status": "enum:" + "|".join(RESULT_STATUSES)},
         {"metrics": "object", "failure": "object", "log_sha256": "str", "simulated": "bool",
-         "warnings": "list[str]"},
+         "cpu": "bool", "warnings": "list[str]"},
     ),
     "gate": (
         {"run": "str", "verdict": "enum:pass|fail", "against": "str"},

@@ -103,6 +103,10 @@ SPECS = (
          "skill/scripts as the run pods see it (a copy on the shared volume), for launches through the in-pod "
          "hooks (kuberay: needed for --pod-hook and --profile-of; local: this installation's)", "/mnt/shared/attune/scripts",
          group="cluster"),
+    Spec("ATTUNE_POD_HOOKS", "pod_hooks", "str", "",
+         "in-pod hooks every run of the campaign goes through, space-separated NAME[:KEY=VALUE,...] "
+         "(skill/scripts/pod_hooks/README.md); e.g. cpu for Megatron-LM on a CPU-only host (its runs are marked cpu); "
+         "empty: none", "", group="cluster"),
     Spec("AUTOTUNE_GPUH_BUDGET", "gpuh_budget", "float", "",
          "budget in GPU-hours; set exactly one of this and AUTOTUNE_BUDGET", "200", group="budget"),
     Spec("AUTOTUNE_BUDGET", "run_budget", "int", "",
@@ -178,6 +182,7 @@ class Settings:
     baseline_repeats: int
     gate_rules: str = ""
     pod_scripts: str = ""
+    pod_hooks: str = ""
     planner_seed: int = 0
     planner_gpu: str = ""
     claude_version: str = ""

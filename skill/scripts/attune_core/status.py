@@ -22,6 +22,7 @@ def _recipe(snapshot: Snapshot, recipe: RecipeView) -> dict:
         "rankable_runs": len(recipe.rankable),
         "gate": recipe.gate,
         "simulated": recipe.simulated,
+        "cpu": recipe.cpu,
     }
 
 
@@ -34,7 +35,8 @@ def collect(snapshot: Snapshot) -> dict:
                       key=lambda run: run.result_seq):
         last.append({"run": run.run, "status": run.status, "tokens_per_s_per_gpu": run.tokens,
                      "vs_leader": ranking.relative(run.tokens, ranking.leader),
-                     "verdict": ranking.run_status(run), "simulated": run.simulated})
+                     "verdict": ranking.run_status(run), "simulated": run.simulated,
+                     "cpu": run.cpu})
     stop = None
     if ranking.stop:
         later = [run.run for run in ranking.runs if run.launch_ts > ranking.stop["ts"]]
@@ -77,6 +79,8 @@ def _fmt_recipe(info) -> str:
     text += ", %d rankable run(s)" % info["rankable_runs"]
     if info["simulated"]:
         text += ", SIMULATED"
+    elif info.get("cpu"):
+        text += ", cpu"
     return text
 
 

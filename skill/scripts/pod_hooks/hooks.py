@@ -300,7 +300,28 @@ class OomSnapshotHook(Hook):
             _helper_outcome(helpers)
 
 
+class CpuHook(Hook):
+    """Megatron-LM's own training script on a CPU-only host: the start-up layer ``pod_hooks/cpu.py``."""
+
+    ARGS = {}
+    LAYER = str(Path(__file__).resolve().parent / "cpu.py")
+    WATCH = re.compile(r"attune-cpu: ")
+
+    def before(self, ctx: Context) -> None:
+        script = megatron_script(ctx.argv)
+        if script is None:
+            raise RuntimeError("no Megatron-LM training script (pretrain_*.py, train.py) in the entrypoint %s: the "
+                               "layer runs one; nothing was changed" % " ".join(ctx.argv[:6]))
+        index = ctx.argv.index(script)
+        ctx.argv[index:index + 1] = [self.LAYER, script]
+        self.facts.update(device="cpu", layer=self.LAYER, script=script, cpu_count=os.cpu_count())
+
+    def after(self, ctx: Context, exit_code: int, log_tail: List[str]) -> None:
+        self.facts["layer_lines"] = list(ctx.watched.get(self.name, []))[:20]
+
+
 HOOKS = {
+    "cpu": CpuHook,
     "profiler": ProfilerHook,
     "gpu_facts": GpuFactsHook,
     "nccl_debug": NcclDebugHook,

@@ -138,7 +138,7 @@ def test_an_unknown_hook_is_refused_before_anything_is_written(campaign, capsys)
     before = sorted(os.listdir(campaign.dir / "runs")) if (campaign.dir / "runs").exists() else []
     assert cli.main(["candidate", "new", "--campaign", str(campaign.dir), "--parent", "baseline", "--set",
                      "seed=3", "--lever", "other: --seed", "--hypothesis", "x", "--pod-hook", "flamegraph"]) == 2
-    assert "unknown hook flamegraph; valid hooks: gpu_facts, nccl_debug, oom_snapshot, profiler" in \
+    assert "unknown hook flamegraph; valid hooks: cpu, gpu_facts, nccl_debug, oom_snapshot, profiler" in \
         capsys.readouterr().err
     assert cli.main(["launch", "--campaign", str(campaign.dir), "--baseline", "--pod-hook",
                      "profiler:start=late"]) == 2

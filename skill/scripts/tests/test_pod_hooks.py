@@ -101,9 +101,9 @@ def child_env(stdout):
     return json.loads(next(line for line in stdout.splitlines() if line.startswith("ENV "))[4:])
 
 
-def test_registry_is_a_plain_dict_of_the_four_hooks():
+def test_registry_is_a_plain_dict_of_the_five_hooks():
     assert type(HOOKS) is dict
-    assert sorted(HOOKS) == ["gpu_facts", "nccl_debug", "oom_snapshot", "profiler"]
+    assert sorted(HOOKS) == ["cpu", "gpu_facts", "nccl_debug", "oom_snapshot", "profiler"]
     assert all(issubclass(cls, Hook) for cls in HOOKS.values())
 
 
@@ -127,7 +127,7 @@ def test_module_form_runs_the_same(tmp_path, job):
 def test_unknown_hook_exits_2_naming_the_valid_ones_and_runs_nothing(tmp_path, job):
     done = wrapped(tmp_path / "out", "gpu_facts,flamegraph", [sys.executable, job, "ok"])
     assert done.returncode == 2 and done.stdout == ""
-    assert "unknown hook flamegraph; valid hooks: gpu_facts, nccl_debug, oom_snapshot, profiler" in done.stderr
+    assert "unknown hook flamegraph; valid hooks: cpu, gpu_facts, nccl_debug, oom_snapshot, profiler" in done.stderr
     assert not (tmp_path / "out" / "pod_hooks.json").exists()
 
 

@@ -86,6 +86,23 @@ def test_simulated_runs_are_labelled(tmp_path):
     assert "SIMULATED |" in text.split("## Runs")[1]
 
 
+def test_cpu_runs_are_marked_cpu_in_results_report_status_and_lessons(tmp_path):
+    b = Builder(tmp_path / "c")
+    b.launch("r001", "baseline", "base", cpu=True, pod_hooks=[{"name": "cpu"}])
+    b.result("r001", 1000.0)
+    b.launch("r002", "repeat", "base", parent="r001")  # a GPU run beside it is not marked
+    b.result("r002", 1000.0)
+    assert cli.main(["rank", "--campaign", str(b.campaign.dir), "--no-chart"]) == 0
+    text = (b.campaign.dir / "RESULTS.md").read_text()
+    assert "**cpu**: 1 of 2 runs are a real Megatron-LM program run on a CPU" in text
+    rows = {line.split(" | ")[0]: line for line in text.split("## Runs")[1].splitlines() if line.startswith("| r0")}
+    assert " cpu |" in rows["| r001"] and " cpu |" not in rows["| r002"]
+    assert "SIMULATED" not in text
+    cli.main(["report", "--campaign", str(b.campaign.dir)])
+    report = (b.campaign.dir / "REPORT.md").read_text()
+    assert "**cpu**: 1 of 2 runs" in report and "cpu runs measure a real program on a CPU" in report
+
+
 def test_describe_change_shapes():
     assert describe_change([{"op": "set", "arg": "--tp", "value": 2}, {"op": "remove", "arg": "--x"}]) == \
         "set --tp=2; remove --x"
