@@ -49,3 +49,44 @@ def prepare(directory: Path, model: str = "llama3-70b", budget_gpuh: float = Non
              "AUTOTUNE_GPUH_BUDGET=%g" % (budget_gpuh or budget)]
     config.write_text("\n".join(lines) + "\n", encoding="utf-8")
     return config
+
+
+REAL_BUDGET_GPUH = 0.5  # rank-hours: a run of the tiny GPT holds 2 ranks for about 40 s, so about 20 runs
+
+
+def prepare_real(directory: Path, budget_gpuh: float = None) -> Path:
+    """Write the real demo's baseline recipe (Megatron-LM's own pretrain_gpt.py on this CPU, ``megatron_cpu.py``)
+    and config.env into ``directory``; return the config file. Raises ValueError saying what is missing."""
+    import megatron_cpu
+
+    directory = Path(directory).resolve()
+    config = directory / "config.env"
+    if (directory / "ledger.jsonl").exists() and config.is_file():
+        return config
+    if directory.exists() and any(directory.iterdir()):
+        raise ValueError("%s exists and is not an ATTUNE demo campaign. Fix: give a new directory, or none "
+                         "(launch_campaign.sh --demo-real makes a new temporary one)" % directory)
+    try:
+        megatron = megatron_cpu.find()
+        missing = megatron_cpu.missing_packages()
+        if missing:
+            raise megatron_cpu.Unavailable(
+                "%s cannot import %s, which Megatron-LM's training loop needs. Fix: pip install -e '%s[megatron]' "
+                "(torch's CPU build is enough)" % (sys.executable, " ".join(missing), REPO))
+        megatron_cpu.build_helpers(megatron)
+    except megatron_cpu.Unavailable as exc:
+        raise ValueError(str(exc))
+    directory.mkdir(parents=True, exist_ok=True)
+    baseline = directory / "baseline.yaml"
+    baseline.write_text(megatron_cpu.recipe_text(megatron), encoding="utf-8")
+    lines = ["# The ATTUNE real demo: Megatron-LM's own pretrain_gpt.py (%s) training a tiny GPT on this host's CPU, "
+             "through the cpu pod hook. Real runs, measured on a CPU, not a GPU: every run is marked cpu." % megatron,
+             "ATTUNE_RUN_PREFIX=real-",
+             "ATTUNE_BASELINE_YAML=%s" % baseline,
+             "ATTUNE_BACKEND=local",
+             "ATTUNE_AGENT=planner",
+             "ATTUNE_POD_HOOKS=cpu",
+             "AUTOTUNE_ALLOW_WEB=0",
+             "AUTOTUNE_GPUH_BUDGET=%g" % (budget_gpuh or REAL_BUDGET_GPUH)]
+    config.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return config

@@ -375,19 +375,27 @@ def resume_command(directory: Path, session: str) -> str:
 
 
 def demo(directory: Path, model: str, budget_gpuh: float = None) -> int:
-    """The demo campaign (``demo.py``): lay it out, run it with the planner, say where its results are."""
+    """The demo campaign (``demo.py``): lay it out, run it with the planner, say where its results are.
+    ``model`` ``real`` is the real demo: Megatron-LM's own pretrain_gpt.py on this host's CPU."""
     import demo as demo_mod
 
     try:
-        config = demo_mod.prepare(directory, model, budget_gpuh)
+        if model == "real":
+            config = demo_mod.prepare_real(directory, budget_gpuh)
+        else:
+            config = demo_mod.prepare(directory, model, budget_gpuh)
     except ValueError as exc:
         print("launch_campaign: %s" % exc, file=sys.stderr)
         return EXIT_USAGE
     for name in list(os.environ):  # the demo's settings are its config.env, whatever this shell exports
         if name in settings_mod.SPEC_BY_ENV:
             del os.environ[name]
-    print("launch_campaign: the ATTUNE demo (SIMULATED: %s) in %s" % (demo_mod.MODELS[model][2], directory.resolve()),
-          file=sys.stderr)
+    if model == "real":
+        print("launch_campaign: the ATTUNE real demo (cpu: Megatron-LM's own pretrain_gpt.py training a tiny GPT on "
+              "this host's CPU, about 40 s a run) in %s" % directory.resolve(), file=sys.stderr)
+    else:
+        print("launch_campaign: the ATTUNE demo (SIMULATED: %s) in %s" % (demo_mod.MODELS[model][2],
+                                                                         directory.resolve()), file=sys.stderr)
     code = launch(directory, config=config)
     print("campaign_dir: %s" % directory.resolve())
     for name in ("RESULTS.md", "REPORT.md", "recipe.yaml", "levers.md", "past_tuning_project.json"):
@@ -401,7 +409,8 @@ USAGE = """Start or resume an ATTUNE campaign, or run the SIMULATED demo campaig
 
   harness/launch_campaign.sh CAMPAIGN_DIR [GOAL_PROMPT] [--session ID] [--prepare] [--config FILE]
                              [--agent-command CMD]
-  harness/launch_campaign.sh --demo [CAMPAIGN_DIR] [--demo-model MODEL] [--demo-budget GPUH]"""
+  harness/launch_campaign.sh --demo [CAMPAIGN_DIR] [--demo-model MODEL] [--demo-budget GPUH]
+  harness/launch_campaign.sh --demo-real [CAMPAIGN_DIR] [--demo-budget GPUH]"""
 EXIT_CODES = """exit codes: 0 finished (budget spent or stop recorded, and REPORT.md written); 1 the agent
 ended early (resumable with --session); 2 bad settings or usage; 3 integrity violation (every live
 run torn down)."""
@@ -442,10 +451,28 @@ def demo_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def demo_real_parser() -> argparse.ArgumentParser:
+    """The options of ``--demo-real`` (the third form of ``USAGE``)."""
+    import demo as demo_mod
+
+    parser = argparse.ArgumentParser(
+        prog="launch_campaign.sh --demo-real", add_help=False,
+        description="A real campaign on this machine: Megatron-LM's own pretrain_gpt.py on the CPU (runs marked "
+                    "cpu). Megatron-LM comes from ATTUNE_MEGATRON_DIR (a checkout), ATTUNE_MEGATRON_ARCHIVE (a git "
+                    "archive tarball) or ATTUNE_CORPUS_DIR's megatron-lm/ archive, unpacked into ATTUNE_CACHE_DIR.")
+    parser.add_argument("campaign_dir", metavar="CAMPAIGN_DIR", nargs="?", default=None,
+                        help="where (default: a new temporary directory, printed)")
+    parser.add_argument("--demo-budget", type=float, metavar="GPUH",
+                        help="the budget in rank-hours, a rank standing for a GPU (default %g)"
+                        % demo_mod.REAL_BUDGET_GPUH)
+    parser.add_argument("-h", "--help", action="store_true", help="show this help (all forms) and exit")
+    return parser
+
+
 def help_text() -> str:
     """``--help``: both forms and every option of each, plain text."""
     sections = [USAGE]
-    for parser in (campaign_parser(), demo_parser()):
+    for parser in (campaign_parser(), demo_parser(), demo_real_parser()):
         body = parser.format_help().split("\n\n", 1)[1]  # drop argparse's own usage line
         sections.append("%s: %s" % (parser.prog, body.strip()))
     sections.append(EXIT_CODES)
@@ -467,17 +494,18 @@ def _parse(parser, argv):
 def main(argv=None) -> int:
     if argv is None:
         argv = sys.argv[1:]
-    if argv and argv[0] == "--demo":
-        args, code = _parse(demo_parser(), argv[1:])
+    if argv and argv[0] in ("--demo", "--demo-real"):
+        real = argv[0] == "--demo-real"
+        args, code = _parse(demo_real_parser() if real else demo_parser(), argv[1:])
         if args is None:
             return code
         directory = args.campaign_dir
         if directory is None:
-            directory = tempfile.mkdtemp(prefix="attune-demo-")
+            directory = tempfile.mkdtemp(prefix="attune-demo-real-" if real else "attune-demo-")
             print("launch_campaign: no directory given: the demo runs in a new temporary directory, %s" % directory,
                   file=sys.stderr)
         try:
-            return demo(Path(directory), args.demo_model, args.demo_budget)
+            return demo(Path(directory), "real" if real else args.demo_model, args.demo_budget)
         except AttuneError as exc:
             for line in exc.lines():
                 print("launch_campaign: %s" % line, file=sys.stderr)

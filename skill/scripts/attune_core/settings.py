@@ -38,6 +38,11 @@ NOT_SETTINGS = {
                          "PATH)",
     "ATTUNE_SESSION_ID": "set by the launcher for the agent it starts: the agent session's id",
     "ATTUNE_PROMPT_FILE": "set by the launcher for --agent-command: the prompt file",
+    "ATTUNE_MEGATRON_DIR": "a Megatron-LM checkout for the real demo and the real-Megatron tests and benchmarks "
+                           "(harness/megatron_cpu.py; tested: tag core_v0.16.1)",
+    "ATTUNE_MEGATRON_ARCHIVE": "a `git archive` tarball of a Megatron-LM tag, unpacked into ATTUNE_CACHE_DIR when "
+                               "ATTUNE_MEGATRON_DIR is unset",
+    "ATTUNE_CACHE_DIR": "where unpacked Megatron-LM sources are kept (default: ~/.cache/attune)",
     "ATTUNE_PLANNER_FAULT": "for the resume tests: after-launch:N, after-candidate:N or exit-after-launch:N ends the "
                             "planner after its N-th launch or candidate",
 }

@@ -7,6 +7,8 @@ It changes nothing in the training program. Before the script runs it
 - sends every CUDA device request to the CPU: factory calls and ``Tensor.to``/``Tensor.cuda`` that
   name ``cuda``, ``cuda:N`` or a device number get ``cpu`` (a torch function mode, so the script's
   own calls and Megatron-Core's are caught alike);
+- ``Tensor.type()`` names the CUDA type (``torch.cuda.FloatTensor``): the tensor a GPU run would hold
+  there (the distributed optimizer checks its parameters against those names);
 - stubs the ``torch.cuda`` calls the training loop makes: ``device_count`` (0, so Megatron skips its
   own CUDA set-up and seeding), ``is_available`` (True, past Megatron's start-up assertion),
   ``current_device``, ``set_device``, ``synchronize``, ``empty_cache``, the memory counters (0: the
@@ -52,7 +54,7 @@ def _is_cuda(device):
 def _install_device_mode(torch):
     from torch.overrides import TorchFunctionMode
 
-    tensor_cuda, tensor_to = torch.Tensor.cuda, torch.Tensor.to
+    tensor_cuda, tensor_to, tensor_type = torch.Tensor.cuda, torch.Tensor.to, torch.Tensor.type
     cpu = torch.device("cpu")
 
     class CpuDevices(TorchFunctionMode):
@@ -60,6 +62,9 @@ def _install_device_mode(torch):
             kwargs = dict(kwargs or {})
             if func is tensor_cuda:
                 return args[0]
+            if func is tensor_type and len(args) == 1 and not kwargs:  # the type name a CUDA tensor would give:
+                name = func(*args)  # Megatron checks parameters against torch.cuda.*Tensor
+                return name.replace("torch.", "torch.cuda.", 1) if not name.startswith("torch.cuda.") else name
             if "device" in kwargs and _is_cuda(kwargs["device"]):
                 kwargs["device"] = cpu
             if func is tensor_to:
@@ -163,6 +168,8 @@ def _stub_cuda(torch):
     }
     for name, value in stubs.items():
         setattr(cuda, name, value)
+    cuda.random.get_rng_state = stubs["get_rng_state"]  # activation recompute saves and restores it
+    cuda.random.set_rng_state = stubs["set_rng_state"]
     accelerator = getattr(torch, "accelerator", None)
     if accelerator is not None:  # torch's own code (optimizers, data loaders) asks here: no accelerator
         accelerator.is_available = const(False)
@@ -199,6 +206,10 @@ class _MegatronPatches(object):
 
 def _patch_random(module):
     module.model_parallel_cuda_manual_seed = lambda *a, **k: None
+    if hasattr(module, "_get_cuda_rng_state"):  # recompute saves the CUDA generator's state beside the CPU's
+        module._get_cuda_rng_state = lambda *a, **k: module.torch.get_rng_state()
+    if hasattr(module, "_set_cuda_rng_state"):
+        module._set_cuda_rng_state = lambda *a, **k: None
     tracker = getattr(module, "CudaRNGStatesTracker", None)
     if tracker is not None:
         tracker.fork = lambda self, *a, **k: contextlib.nullcontext()
@@ -227,7 +238,7 @@ print(" ".join(answers[arg] for arg in sys.argv[1:]))
 """
 
 
-def _job_interpreter_first():
+def job_interpreter_first():
     """``python3`` and ``python3-config`` on PATH are this interpreter: Megatron builds its dataset helpers
     (``megatron/core/datasets/Makefile``) with whatever ``python3`` PATH finds, and they must load here."""
     folder = tempfile.mkdtemp(prefix="attune-cpu-bin-")
@@ -245,7 +256,7 @@ def _job_interpreter_first():
 def install():
     """Set up torch for a CPU run; called once, before the training script runs."""
     os.environ.setdefault("TORCHDYNAMO_DISABLE", "1")
-    _job_interpreter_first()
+    job_interpreter_first()
     import torch
 
     _stub_cuda(torch)

@@ -16,13 +16,15 @@ for path in (str(SCRIPTS), str(TESTS)):
         sys.path.insert(0, path)
 
 DATA = TESTS / "data"
+# where real artifacts are read from: kept from the shell (the corpus, a Megatron-LM checkout and its cache)
+KEPT = ("ATTUNE_CORPUS_DIR", "ATTUNE_MEGATRON_DIR", "ATTUNE_MEGATRON_ARCHIVE", "ATTUNE_CACHE_DIR")
 
 
 @pytest.fixture(autouse=True)
 def isolated_env(tmp_path, monkeypatch):
     """No setting leaks in from the developer's shell; the default campaign is tmp_path."""
     for key in list(os.environ):
-        if key.startswith(("ATTUNE_", "AUTOTUNE_")) and key != "ATTUNE_CORPUS_DIR":
+        if key.startswith(("ATTUNE_", "AUTOTUNE_")) and key not in KEPT:
             monkeypatch.delenv(key, raising=False)
     monkeypatch.setenv("ATTUNE_CAMPAIGN_DIR", str(tmp_path / "campaign"))
     yield

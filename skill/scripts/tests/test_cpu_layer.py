@@ -39,6 +39,7 @@ SCRIPT = textwrap.dedent('''\
     loader = torch.utils.data.DataLoader(list(range(4)), batch_size=2, pin_memory=True, num_workers=1)
     print("FACTS " + json.dumps({
         "devices": [str(t.device) for t in (x, y, z, w, v)], "v_dtype": str(v.dtype),
+        "type": z.type(), "type_to": z.type(torch.float64).dtype.__repr__(),
         "memory_allocated": torch.cuda.memory_allocated(), "device_count": torch.cuda.device_count(),
         "accelerator": torch.accelerator.is_available() if hasattr(torch, "accelerator") else False,
         "batches": [b.tolist() for b in loader], "argv": sys.argv, "name": __name__,
@@ -70,6 +71,7 @@ def test_the_layer_sends_cuda_requests_to_the_cpu_and_runs_the_script_as_main(tm
     assert done.returncode == 0, done.stderr[-3000:]
     facts = json.loads(next(line for line in done.stdout.splitlines() if line.startswith("FACTS "))[6:])
     assert facts["devices"] == ["cpu"] * 5 and facts["v_dtype"] == "torch.float64"
+    assert facts["type"] == "torch.cuda.FloatTensor" and facts["type_to"] == "torch.float64"
     assert facts["memory_allocated"] == 0 and facts["device_count"] == 1 and facts["accelerator"] is False
     assert facts["batches"] == [[0, 1], [2, 3]]  # a loader asked to pin memory runs unpinned
     assert facts["argv"] == [str(folder / "pretrain_gpt.py"), "--seed", "7"] and facts["name"] == "__main__"

@@ -1,0 +1,118 @@
+"""The correctness gate on real pairs: real Megatron-LM pretrain_gpt.py runs on this CPU, real 20-step loss curves.
+
+    ATTUNE_MEGATRON_DIR=/path/to/Megatron-LM python bench/gate_megatron_cpu.py [--runs DIR]
+        [--out bench/results/gate_megatron_cpu.json]
+
+Placement pairs (a change that must not change the model's math: tensor parallel, sequence parallel, micro-batch
+size, recompute, overlap flags, the distributed optimizer, loader workers, threads) must pass; numeric pairs (the
+learning rate, the seed, the init std, dropout, a different global batch, another optimizer, bf16) must fail. Each
+pair is the tiny-GPT recipe (``harness/recipes/gpt_tiny_cpu.yaml``) against one change, gated by
+``correctness.gate.run_gate`` exactly as ``attune gate`` gates a campaign's run, with a second baseline run as
+the repeat. ``--runs DIR`` reuses the runs ``bench_megatron_cpu.py --keep DIR`` left (``baseline-0`` is the
+baseline, ``baseline-1`` its repeat, ``NAME-0`` each placement candidate); what is missing is run here. Reported per
+pair: the verdict, the level and progress statistics against their thresholds, and the reasons.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "bench"))
+
+import bench_megatron_cpu as lever_bench  # noqa: E402  (sets the import paths)
+import megatron_cpu  # noqa: E402
+from attune_core.recipe import Recipe  # noqa: E402
+from correctness import gate as gate_mod  # noqa: E402
+
+_set = lever_bench._set
+PLACEMENT = [name for name in lever_bench.VARIANTS if name != "baseline"]
+NUMERIC = {
+    "lr-x2": ([_set("--lr", "6e-4")], "learning rate 3e-4 -> 6e-4"),
+    "seed": ([_set("--seed", "4321")], "another seed"),
+    "init-std": ([_set("--init-method-std", "0.01")], "init std 0.02 -> 0.01"),
+    "dropout": ([_set("--hidden-dropout", "0.1")], "hidden dropout 0 -> 0.1"),
+    "gbs-32": ([_set("--global-batch-size", "32")], "global batch 16 -> 32"),
+    "sgd": ([_set("--optimizer", "sgd")], "SGD instead of Adam"),
+    "bf16": ([_set("--bf16")], "bf16 instead of fp32"),
+}
+
+
+def ensure(runs: Path, name: str, recipe: Recipe) -> Path:
+    """``runs/name`` with its recipe.yaml and log.txt: reused when its log is there, else run now."""
+    workdir = runs / name
+    workdir.mkdir(parents=True, exist_ok=True)
+    (workdir / "recipe.yaml").write_text(recipe.render(), encoding="utf-8")
+    if not (workdir / "log.txt").is_file():
+        row = lever_bench.run_once(recipe, workdir)
+        print("ran %s: exit %s, %.0f s" % (name, row["exit_code"], row["wall_s"]), flush=True)
+    return workdir
+
+
+def summary(result: dict) -> dict:
+    conv = result["convergence"]
+    cal = conv.get("calibrated") or {}
+    out = {"verdict": result["verdict"], "reasons": result["reasons"],
+           "config_changes": [(c["kind"], c["name"]) for c in result["config"]["changes"]],
+           "bridge_passed": conv["bridge"]["passed"]}
+    for name in ("level", "progress"):
+        stat = cal.get(name)
+        if stat:
+            out[name] = {key: stat.get(key) for key in ("value", "threshold", "threshold_basis", "rerun", "passed")}
+    out["deterministic_reruns"] = cal.get("deterministic")
+    return out
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--runs", default=str(REPO / "bench" / "results" / "gate_megatron_cpu_runs"))
+    parser.add_argument("--out", default=str(REPO / "bench" / "results" / "gate_megatron_cpu.json"))
+    args = parser.parse_args(argv)
+    megatron = megatron_cpu.find()
+    megatron_cpu.build_helpers(megatron)
+    base = Recipe(megatron_cpu.recipe_text(megatron), str(megatron_cpu.RECIPE))
+    runs = Path(args.runs)
+    baseline = ensure(runs, "baseline-0", base)
+    repeat = ensure(runs, "baseline-1", base)
+    pairs = [(name, "placement", lever_bench.VARIANTS[name][0], lever_bench.VARIANTS[name][1]) for name in PLACEMENT]
+    pairs += [(name, "numeric", changes, what) for name, (changes, what) in NUMERIC.items()]
+    table = []
+    for name, kind, changes, what in pairs:
+        candidate = ensure(runs, "%s-0" % name, base.apply(changes))
+        try:
+            result = summary(gate_mod.run_gate(baseline, candidate, [repeat]))
+        except Exception as exc:  # a candidate that failed to run: no curve to gate
+            result = {"verdict": "error", "reasons": ["%s: %s" % (type(exc).__name__, exc)]}
+        expected = "pass" if kind == "placement" else "fail"
+        table.append(dict(result, name=name, kind=kind, what=what, expected=expected,
+                          right=result["verdict"] == expected))
+        print("%-20s %-9s %-5s (expected %s)%s" % (name, kind, result["verdict"], expected,
+                                                    "" if result["verdict"] == expected else "  <-- WRONG"), flush=True)
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps({"megatron": str(megatron), "pairs": table}, indent=1) + "\n")
+    print(render(table))
+    return 0 if all(row["right"] for row in table) else 1
+
+
+def _stat(row, name):
+    stat = row.get(name)
+    if not stat:
+        return "n/a"
+    return "%.3g%% / %.3g%%" % (100 * stat["value"], 100 * stat["threshold"])
+
+
+def render(table) -> str:
+    out = ["| pair | kind | change | verdict | expected | level (value / threshold) | progress (value / threshold) | "
+           "reasons |", "|---|---|---|---|---|---:|---:|---|"]
+    for row in table:
+        out.append("| %s | %s | %s | %s | %s | %s | %s | %s |" % (
+            row["name"], row["kind"], row["what"], row["verdict"], row["expected"], _stat(row, "level"),
+            _stat(row, "progress"), "; ".join(row["reasons"])[:300].replace("|", "\\|")))
+    return "\n".join(out)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
