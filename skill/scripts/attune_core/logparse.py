@@ -44,14 +44,16 @@ _NON_FINITE_WORD = re.compile(r"(?<![\w'\"])(-?)(nan|inf)(?![\w'\"])")
 
 # kind, words one of which the line must contain (a cheap test first: most lines are noise), pattern
 _FAILURES = (
-    ("nccl_timeout", ("imeout", "timed out", "time out"),
+    ("nccl_timeout", ("imeout", "timed out", "time out", "Timed out"),
      re.compile(r"Watchdog caught collective operation timeout|NCCL (?:communicator|operation) "
-                r"timed? ?out|ProcessGroupNCCL.*[Tt]imeout")),
+                r"timed? ?out|ProcessGroupNCCL.*[Tt]imeout|"
+                r"gloo\S*\] Timed out waiting \d+ms for (?:recv|send) operation")),  # gloo (CPU) collectives
     ("ray_oom", ("memory pressure",), re.compile(r"killed due to memory pressure \(OOM\)")),
     ("oomkilled", ("OOMKilled",), re.compile(r"\bOOMKilled\b")),
-    ("oom", ("out of memory", "OutOfMemoryError", "return OOM"),
+    ("oom", ("out of memory", "OutOfMemoryError", "return OOM", "can't allocate memory", "MemoryError"),
      re.compile(r"CUDA out of memory|OutOfMemoryError|CUDA error: out of memory|"
-                r"TorchMemorySaver::malloc return OOM")),
+                r"TorchMemorySaver::malloc return OOM|"
+                r"DefaultCPUAllocator: can't allocate memory|^\s*(?:\[rank\d+\]:\s*)?MemoryError\b")),  # host RAM
     ("assertion", ("AssertionError",), re.compile(r"\bAssertionError\b")),
     ("argparse", ("error: unrecognized arguments", "error: argument "),
      re.compile(r": error: (?:unrecognized arguments: |argument \S+: )")),

@@ -46,7 +46,7 @@ _UNSCHEDULABLE = re.compile(r"FailedScheduling|Insufficient nvidia\.com/gpu|\d+/
 _IMAGE_PULL = re.compile(r"ErrImagePull|ImagePullBackOff|Failed to pull image|InvalidImageName")
 _CONFIG = re.compile(r"is not divisible by|must be divisible|CUDA_DEVICE_MAX_CONNECTIONS|"
                      r"error: unrecognized arguments|error: argument|requires? (?:setting|--)|"
-                     r"not supported with|cannot be used with|must be (?:set|enabled|specified)")
+                     r"not supported (?:with|by|for|when)|cannot be used with|must be (?:set|enabled|specified)")
 _CRASH = re.compile(r"Traceback \(most recent call last\)|\b\w+Error: |Segmentation fault|core dumped|"
                     r"terminate called|ChildFailedError|exitcode\s*:\s*-?[1-9]")
 

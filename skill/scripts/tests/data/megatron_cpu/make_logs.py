@@ -61,20 +61,32 @@ CASES = {
 }
 
 
-def _rank_pid(root: int, rank: int):
-    """The pid of the training process of ``rank`` (LOCAL_RANK in its environment) under process ``root``."""
+def _rank_pid(tag: str, rank: int):
+    """The pid of the training process of ``rank`` (LOCAL_RANK in its environment) of the case tagged ``tag``."""
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
         try:
             environ = Path("/proc/%s/environ" % entry).read_bytes().split(b"\0")
-            if os.getpgid(int(entry)) != root:
-                continue
-        except (OSError, ProcessLookupError):
+            cmdline = Path("/proc/%s/cmdline" % entry).read_bytes()
+        except OSError:
             continue
-        if b"LOCAL_RANK=%d" % rank in environ and b"cpu.py" in Path("/proc/%s/cmdline" % entry).read_bytes():
+        if (b"ATTUNE_LOG_CASE=" + tag.encode()) in environ and b"LOCAL_RANK=%d" % rank in environ \
+                and b"cpu.py" in cmdline:
             return int(entry)
     return None
+
+
+def _pids(tag: str) -> list:
+    out = []
+    for entry in os.listdir("/proc"):
+        try:
+            if entry.isdigit() and (b"ATTUNE_LOG_CASE=" + tag.encode()) in \
+                    Path("/proc/%s/environ" % entry).read_bytes().split(b"\0"):
+                out.append(int(entry))
+        except OSError:
+            continue
+    return out
 
 
 def make(name: str, base: Recipe) -> None:
@@ -86,6 +98,7 @@ def make(name: str, base: Recipe) -> None:
         command = "%s && %s" % (limit, command)
     env = dict(os.environ)
     env.update(recipe.env())
+    env["ATTUNE_LOG_CASE"] = "%s-%d" % (name, os.getpid())  # finds the case's ranks
     for key in [key for key in env if key not in recipe.env() and key == "CUDA_DEVICE_MAX_CONNECTIONS"]:
         del env[key]
     log = HERE / ("%s.log" % name)
@@ -99,13 +112,14 @@ def make(name: str, base: Recipe) -> None:
             pattern = re.compile(r"iteration\s+%d/" % step)
             while proc.poll() is None and not pattern.search(log.read_text(errors="replace")):
                 time.sleep(0.2)
-            pid = _rank_pid(proc.pid, 1)
+            pid = _rank_pid(env["ATTUNE_LOG_CASE"], 1)
             if pid:
                 os.kill(pid, getattr(signal, sig))
                 sent = {"signal": sig, "after_iteration": step, "rank": 1}
             if sig == "SIGSTOP":
                 time.sleep(30)
-                os.killpg(proc.pid, signal.SIGKILL)
+                for pid_ in _pids(env["ATTUNE_LOG_CASE"]):  # the whole job, in whatever process group
+                    os.kill(pid_, signal.SIGKILL)
         try:
             code = proc.wait(timeout=600)
         finally:
