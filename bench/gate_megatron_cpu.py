@@ -109,8 +109,9 @@ def main(argv=None) -> int:
 
 
 def _last_error(log: Path) -> str:
-    errors = [line.strip() for line in log.read_text(errors="replace").splitlines() if "Error: " in line]
-    return errors[-1][:200] if errors else "no error line"
+    errors = [line.strip() for line in log.read_text(errors="replace").splitlines()
+              if "Error: " in line and "ChildFailedError" not in line]  # the rank's error, not torchrun's summary
+    return errors[0][:200] if errors else "no error line"
 
 
 def _stat(row, name):
