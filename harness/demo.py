@@ -86,6 +86,7 @@ def prepare_real(directory: Path, budget_gpuh: float = None) -> Path:
              "ATTUNE_BACKEND=local",
              "ATTUNE_AGENT=planner",
              "ATTUNE_POD_HOOKS=cpu",
+             "ATTUNE_HANG_AFTER_S=120",  # a run starts in about 20 s and logs an iteration a second
              "AUTOTUNE_ALLOW_WEB=0",
              "AUTOTUNE_GPUH_BUDGET=%g" % (budget_gpuh or REAL_BUDGET_GPUH)]
     config.write_text("\n".join(lines) + "\n", encoding="utf-8")

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -93,7 +94,7 @@ class LocalBackend(object):
             return Status("pending")
         pid = int(pid_file.read_text())
         log = self.log_path(run_dir)
-        quiet = time.time() - log.stat().st_mtime if log.exists() else None
+        quiet = _seconds_without_progress(run_dir, log, started) if log.exists() else None
         if _alive(pid):
             return Status("running" if started else "pending", None, started, None, quiet)
         ended = log.stat().st_mtime if log.exists() else time.time()
@@ -124,6 +125,40 @@ class LocalBackend(object):
             raise RuntimeError("run in %s: process group %d survived SIGKILL" % (run_dir, pid))
         (run_dir / "teardown.json").write_text(json.dumps({"ended": time.time()}))
         return self.status(run_dir)
+
+
+# what a launcher prints on its own while the job makes no progress: torch elastic's rendezvous keep-alive warnings
+_CHATTER = re.compile(rb"torch/distributed/elastic/rendezvous/|keep-alive heartbeat")
+
+
+def _seconds_without_progress(run_dir: Path, log: Path, started: Optional[float]) -> float:
+    """Seconds since the log last grew by a line of the job's own: a line of launcher chatter (torchrun's
+    rendezvous heartbeat warnings, printed every few seconds by a job that is stuck) is not progress, so a
+    stuck job is seen as quiet however much its launcher prints. Where the log stood and when the job last
+    printed (and when it was last looked at) are kept in ``progress.json`` beside the log."""
+    now = time.time()
+    state_file = run_dir / "progress.json"
+    try:
+        state = json.loads(state_file.read_text())
+        offset, since, checked = int(state["offset"]), float(state["since"]), float(state["checked"])
+    except (OSError, ValueError, KeyError, TypeError):
+        offset, since = 0, started or now
+        checked = since
+    mtime = log.stat().st_mtime
+    with open(log, "rb") as handle:
+        size = handle.seek(0, 2)
+        if size < offset:  # the log was replaced: read it again
+            offset = 0
+        handle.seek(offset)
+        new = handle.read(size - offset)
+    complete = new[:new.rfind(b"\n") + 1]  # whole lines only; a partial line is read with the rest of it
+    own = [not _CHATTER.search(line) for line in complete.split(b"\n") if line.strip()]
+    if own:  # the job printed since the last look: when its last line was written, as closely as is known
+        since = mtime if own[-1] else max(since, checked)  # chatter after it: at the latest since the last look
+    tmp = state_file.with_name("progress.json.tmp")
+    tmp.write_text(json.dumps({"offset": offset + len(complete), "since": since, "checked": now}))
+    os.replace(str(tmp), str(state_file))
+    return max(0.0, now - since)
 
 
 def _alive(pid: int) -> bool:

@@ -397,8 +397,9 @@ def cmd_poll(args) -> int:
 def cmd_finalize(args) -> int:
     from . import runs as runs_mod
     campaign = campaign_mod.Campaign(_dir(args))
-    row = runs_mod.finalize(campaign, _settings(args, campaign), args.run,
-                            runs_mod.HANG_AFTER_S if args.hang_after is None else args.hang_after)
+    settings = _settings(args, campaign)
+    row = runs_mod.finalize(campaign, settings, args.run,
+                            settings.hang_after_s if args.hang_after is None else args.hang_after)
     if row is None:
         raise CheckFailed("run %s is still running: poll it, and finalize when it has ended" % args.run)
     failure = row.get("failure") or {}
@@ -699,7 +700,7 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("run", help="the run id")
             if name == "finalize":
                 p.add_argument("--hang-after", type=float, metavar="S",
-                               help="seconds without a new log line after which a running run is hung (900)")
+                               help="seconds without a log line of the job's own after which a running run is hung (default: ATTUNE_HANG_AFTER_S, 900)")
         elif name == "lesson":
             p.add_argument("run", help="the candidate run the lesson is about")
             p.add_argument("--text", required=True,

@@ -156,6 +156,9 @@ SPECS = (
          "smallest noise band, as a fraction (0.01 = 1%)", "0.01", group="measurement"),
     Spec("ATTUNE_BASELINE_REPEATS", "baseline_repeats", "int", "3",
          "baseline runs needed before any candidate can lead (at least 2)", "3", group="measurement"),
+    Spec("ATTUNE_HANG_AFTER_S", "hang_after_s", "float", "900",
+         "seconds a running job may print nothing of its own (launcher chatter does not count) before it is torn "
+         "down as a hang", "900", group="measurement"),
     Spec("ATTUNE_GATE_RULES", "gate_rules", "str", "",
          "your overrides of the gate's argument classes (YAML, see skill/scripts/correctness/rules/README.md; "
          "each entry with its justification); empty: the built-in classes only", "", group="measurement"),
@@ -191,6 +194,7 @@ class Settings:
     planner_seed: int = 0
     planner_gpu: str = ""
     claude_version: str = ""
+    hang_after_s: float = 900.0
 
     @property
     def budget_kind(self) -> str:

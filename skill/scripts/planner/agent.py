@@ -312,7 +312,7 @@ class Planner(object):
             if code != 0:
                 raise PlannerError("poll %s: %s" % (run, err.strip()))
             quiet = poll.get("seconds_without_progress") or 0
-            if poll.get("done") or quiet > HANG_AFTER_S:
+            if poll.get("done") or quiet > float(self.settings.get("ATTUNE_HANG_AFTER_S") or HANG_AFTER_S):
                 code, data, _out, err = self.verb("finalize", run, "--json")
                 if code == 0:
                     break

@@ -64,6 +64,23 @@ def test_hang_is_torn_down_and_triaged(campaign):
     assert not runs.backends._group_alive(pid)
 
 
+def test_a_stuck_job_whose_launcher_keeps_printing_is_a_hang(campaign):
+    campaign, settings = campaign
+    runs.launch(campaign, settings, baseline=True)
+    run = candidate(campaign, "hang-heartbeat")
+    runs.launch(campaign, settings, run=run)
+    wait(campaign, settings, run, ("running",))
+    deadline = time.time() + 30
+    while "keep-alive" not in (campaign.run_dir(run) / "log.txt").read_text() and time.time() < deadline:
+        time.sleep(0.1)
+    time.sleep(1.5)
+    status = runs.poll(campaign, settings, run)
+    log_age = time.time() - (campaign.run_dir(run) / "log.txt").stat().st_mtime
+    assert log_age < 1.0 < status.seconds_without_progress  # the log grows; the job does not
+    result = runs.finalize(campaign, settings, run, hang_after_s=1.0)
+    assert result["status"] == "timeout" and result["failure"]["class"] == "hang"
+
+
 def test_killed_and_oom_runs_fail_with_a_class(campaign):
     campaign, settings = campaign
     runs.launch(campaign, settings, baseline=True)

@@ -1,6 +1,7 @@
 """Prints Megatron-LM iteration lines (SYNTHETIC numbers) for the local backend's tests.
 
-FAKE_MODE: ok (20 iterations, exit 0), hang (5 iterations, then sleeps), killed (5 iterations, then
+FAKE_MODE: ok (20 iterations, exit 0), hang (5 iterations, then sleeps), hang-heartbeat (5 iterations, then
+torchrun's rendezvous keep-alive warnings every 0.2 s and no progress), killed (5 iterations, then
 SIGKILL to itself), oom (a CUDA out-of-memory error, exit 1), torch (each iteration is a real CPU
 torch step of a small MLP, inside pod_hooks.profiler.maybe_profile when the profiler hook exposed
 it; the lines carry the step's measured time).
@@ -42,6 +43,11 @@ for it in range(1, 21):
         continue
     if it == 6 and mode == "hang":
         time.sleep(600)
+    if it == 6 and mode == "hang-heartbeat":  # stuck, while the launcher keeps printing (as torchrun does)
+        for beat in range(3000):
+            print("W1202 01:02:55.997000 26719 torch/distributed/elastic/rendezvous/dynamic_rendezvous.py:1346] The "
+                  "node 'localhost_26719_0' has failed to send a keep-alive heartbeat to the rendezvous", flush=True)
+            time.sleep(0.2)
     if it == 6 and mode == "killed":
         os.kill(os.getpid(), signal.SIGKILL)
     if it == 3 and mode == "oom":
