@@ -18,7 +18,7 @@ NEEDS="import yaml, numpy, kubernetes, orjson, matplotlib"
 
 # The real demo runs Megatron-LM's own training loop: torch (its CPU build where the package index has one) and
 # the packages the loop imports (the megatron extra), installed into .venv once.
-REAL_NEEDS="import torch, six, regex, pydantic, tqdm, pybind11"
+REAL_NEEDS="import torch, six, regex, pydantic, tqdm, pybind11, triton"
 if [ "${1:-}" = "--demo-real" ] && [ -z "${ATTUNE_PYTHON:-}" ] && \
    ! { [ -x "$REPO/.venv/bin/python" ] && "$REPO/.venv/bin/python" -c "$NEEDS; $REAL_NEEDS" 2>/dev/null; }; then
   echo "launch_campaign: installing what the real demo needs into $REPO/.venv (once; torch is large) ..." >&2

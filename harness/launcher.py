@@ -362,6 +362,8 @@ def launch(directory: Path, goal_prompt: Path = None, session: str = None, prepa
             print("launch_campaign: the session ended without finishing (Stop-hook block cap); resuming %s (%d of %d)"
                   % (session, resumes, MAX_CAP_RESUMES), file=sys.stderr)
             continue
+        if info["exit_code"] in (130, -2):  # Ctrl-C reached the agent (the terminal signals the whole group) before
+            raise KeyboardInterrupt            # the launcher saw it: the launch ends as interrupted, whichever was first
         print("launch_campaign: the agent ended (exit %s, %s) before the campaign finished. Resume with: %s"
               % (info["exit_code"], info["end_reason"], resume_command(directory, info["session"])), file=sys.stderr)
         return EXIT_CHECK_FAILED

@@ -27,7 +27,7 @@ RECIPE = HERE / "recipes" / "gpt_tiny_cpu.yaml"
 ARCHIVE = "megatron-lm/core_v0.16.1.tar.gz"
 ARCHIVE_SHA256 = "e3ab550d6238836b3ccb9692374f54d928d71dd2fa19aa06179a269467d6212b"
 # what Megatron-LM's training loop imports beyond torch and numpy (the `megatron` extra installs them)
-PACKAGES = ("six", "regex", "yaml", "pydantic", "tqdm", "pybind11")
+PACKAGES = ("six", "regex", "yaml", "pydantic", "tqdm", "pybind11", "triton")  # triton only has to import
 
 
 class Unavailable(Exception):

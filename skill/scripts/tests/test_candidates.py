@@ -78,9 +78,9 @@ def test_a_candidate_says_what_the_gate_will_say_of_its_changes(campaign, capsys
     gate = json.loads(capsys.readouterr().out)["gate_config"]
     assert gate == {"passes": True, "reasons": [],
                     "changes": [{"name": "--overlap-grad-reduce", "kind": "arg", "class": "placement"}]}
-    assert new(campaign, "--parent", "baseline", "--env", "OMP_NUM_THREADS=1", "--lever", "other: OMP_NUM_THREADS",
+    assert new(campaign, "--parent", "baseline", "--env", "VENDOR_TUNING_KNOB=1", "--lever", "other: VENDOR_TUNING_KNOB",
                "--hypothesis", "h") == 0
     out = capsys.readouterr().out
-    assert "gate_class: OMP_NUM_THREADS numeric" in out
+    assert "gate_class: VENDOR_TUNING_KNOB numeric" in out
     assert "warning: the gate will fail this candidate, so it can never lead or ship: config: environment variable " \
-           "OMP_NUM_THREADS: unset -> 1 is numeric" in out
+           "VENDOR_TUNING_KNOB: unset -> 1 is numeric" in out
