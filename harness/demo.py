@@ -21,6 +21,18 @@ MODELS = {
 }
 
 
+def _existing_config(directory: Path, flag: str):
+    """The config.env of a demo campaign already in ``directory`` (the launcher resumes it), None for a new or
+    empty directory; any other non-empty directory is refused, so a demo never writes into someone's files."""
+    config = directory / "config.env"
+    if (directory / "ledger.jsonl").exists() and config.is_file():
+        return config
+    if directory.exists() and any(directory.iterdir()):
+        raise ValueError("%s exists and is not an ATTUNE demo campaign. Fix: give a new directory, or none "
+                         "(launch_campaign.sh %s makes a new temporary one)" % (directory, flag))
+    return None
+
+
 def prepare(directory: Path, model: str = "llama3-70b", budget_gpuh: float = None) -> Path:
     """Write the demo's baseline recipe and config.env into ``directory``; return the config file.
 
@@ -30,12 +42,10 @@ def prepare(directory: Path, model: str = "llama3-70b", budget_gpuh: float = Non
         raise ValueError("--demo-model %s: unknown; known: %s" % (model, ", ".join(MODELS)))
     template, budget, what = MODELS[model]
     directory = Path(directory).resolve()
-    config = directory / "config.env"
-    if (directory / "ledger.jsonl").exists() and config.is_file():
+    config = _existing_config(directory, "--demo")
+    if config is not None:
         return config
-    if directory.exists() and any(directory.iterdir()):
-        raise ValueError("%s exists and is not an ATTUNE demo campaign. Fix: give a new directory, or none "
-                         "(launch_campaign.sh --demo makes a new temporary one)" % directory)
+    config = directory / "config.env"
     directory.mkdir(parents=True, exist_ok=True)
     baseline = directory / "baseline.yaml"
     text = (SIMULATE / "recipes" / template).read_text(encoding="utf-8")
@@ -60,12 +70,10 @@ def prepare_real(directory: Path, budget_gpuh: float = None) -> Path:
     import megatron_cpu
 
     directory = Path(directory).resolve()
-    config = directory / "config.env"
-    if (directory / "ledger.jsonl").exists() and config.is_file():
+    config = _existing_config(directory, "--demo-real")
+    if config is not None:
         return config
-    if directory.exists() and any(directory.iterdir()):
-        raise ValueError("%s exists and is not an ATTUNE demo campaign. Fix: give a new directory, or none "
-                         "(launch_campaign.sh --demo-real makes a new temporary one)" % directory)
+    config = directory / "config.env"
     try:
         megatron = megatron_cpu.find()
         missing = megatron_cpu.missing_packages()
