@@ -7,6 +7,13 @@ It changes nothing in the training program. Before the script runs it
 - sends every CUDA device request to the CPU: factory calls and ``Tensor.to``/``Tensor.cuda`` that
   name ``cuda``, ``cuda:N`` or a device number get ``cpu`` (a torch function mode, so the script's
   own calls and Megatron-Core's are caught alike);
+- draws random numbers for a CUDA device from a generator of their own, as a GPU's generator is its own:
+  they never move the CPU generator the weights come from (Megatron's start-up fills warm-up tensors
+  sized by the micro-batch and tensor-parallel sizes with ``torch.rand(..., device="cuda")``; drawn
+  from the CPU generator they would make the initial weights depend on those placement settings);
+  ``torch.cuda.manual_seed``, ``get_rng_state`` and ``set_rng_state`` act on that generator; and
+  Megatron's JIT warm-up (``_warmup_jit_function``, which also runs dropout on those tensors) runs with
+  the CPU generator's state saved and put back, as on a GPU, where all of it runs on the GPU's generator;
 - ``Tensor.type()`` names the CUDA type (``torch.cuda.FloatTensor``): the tensor a GPU run would hold
   there (the distributed optimizer checks its parameters against those names);
 - stubs the ``torch.cuda`` calls the training loop makes: ``device_count`` (0, so Megatron skips its
@@ -51,11 +58,25 @@ def _is_cuda(device):
     return text == "cuda" or text.startswith("cuda:")
 
 
+_CUDA_GENERATOR = []  # the stand-in for the GPU's own generator, made when torch is imported
+
+
+def _cuda_generator(torch):
+    if not _CUDA_GENERATOR:
+        generator = torch.Generator()
+        generator.manual_seed(0)  # fixed: a run is reproducible whatever it seeds or not
+        _CUDA_GENERATOR.append(generator)
+    return _CUDA_GENERATOR[0]
+
+
 def _install_device_mode(torch):
     from torch.overrides import TorchFunctionMode
 
     tensor_cuda, tensor_to, tensor_type = torch.Tensor.cuda, torch.Tensor.to, torch.Tensor.type
     cpu = torch.device("cpu")
+    generator = _cuda_generator(torch)
+    random = {getattr(torch, name) for name in ("rand", "randn", "randint", "randperm", "normal")
+              if hasattr(torch, name)}
 
     class CpuDevices(TorchFunctionMode):
         def __torch_function__(self, func, types_, args=(), kwargs=None):
@@ -67,6 +88,8 @@ def _install_device_mode(torch):
                 return name.replace("torch.", "torch.cuda.", 1) if not name.startswith("torch.cuda.") else name
             if "device" in kwargs and _is_cuda(kwargs["device"]):
                 kwargs["device"] = cpu
+                if func in random and kwargs.get("generator") is None:
+                    kwargs["generator"] = generator  # the GPU's own generator, not the CPU's
             if func is tensor_to:
                 args = tuple(cpu if (i > 0 and not isinstance(a, torch.Tensor) and not isinstance(a, torch.dtype)
                                      and _is_cuda(a)) else a for i, a in enumerate(args))
@@ -135,6 +158,7 @@ def _unpin_loaders(torch):
 def _stub_cuda(torch):
     cuda = torch.cuda
     stream = _Stream()
+    generator = _cuda_generator(torch)
 
     def const(value):  # a new function each time: torch's dynamo refuses one object under two names
         return lambda *a, **k: value
@@ -157,9 +181,10 @@ def _stub_cuda(torch):
         "get_device_properties": lambda *a, **k: properties,
         "get_device_capability": lambda *a, **k: (0, 0),
         "get_device_name": lambda *a, **k: properties.name,
-        "get_rng_state": lambda *a, **k: torch.get_rng_state(),
-        "set_rng_state": none(),
-        "manual_seed": none(), "manual_seed_all": none(),
+        "get_rng_state": lambda *a, **k: generator.get_state(),
+        "set_rng_state": lambda state, *a, **k: generator.set_state(state),
+        "manual_seed": lambda seed, *a, **k: generator.manual_seed(int(seed)) and None,
+        "manual_seed_all": lambda seed, *a, **k: generator.manual_seed(int(seed)) and None,
         "Stream": _Stream, "Event": _Event,
         "current_stream": lambda *a, **k: stream,
         "default_stream": lambda *a, **k: stream,
@@ -216,6 +241,18 @@ def _patch_random(module):
         tracker.add = lambda self, *a, **k: None
 
 
+def _patch_initialize(module):
+    warmup = getattr(module, "_warmup_jit_function", None)
+    if warmup is None:
+        return
+
+    def _warmup_jit_function(*args, **kwargs):
+        with module.torch.random.fork_rng(devices=[]):  # the CPU generator is where it was before
+            return warmup(*args, **kwargs)
+
+    module._warmup_jit_function = _warmup_jit_function
+
+
 def _patch_fused_kernels(module):
     module.load = lambda *a, **k: None
 
@@ -223,6 +260,7 @@ def _patch_fused_kernels(module):
 _PATCHES = {
     "megatron.core.tensor_parallel.random": _patch_random,
     "megatron.legacy.fused_kernels": _patch_fused_kernels,
+    "megatron.training.initialize": _patch_initialize,
 }
 
 

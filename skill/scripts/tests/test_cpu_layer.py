@@ -36,6 +36,16 @@ SCRIPT = textwrap.dedent('''\
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     start.record(); end.record()
     torch.cuda.nvtx.range_push("step"); torch.cuda.nvtx.range_pop()
+    cpu_state = torch.get_rng_state()
+    torch.cuda.manual_seed(5); first = torch.rand(3, device="cuda").tolist()
+    dropped = torch.nn.functional.dropout(torch.ones(8, device="cuda"), 0.5)  # on a CPU tensor: the CPU's
+    torch.cuda.manual_seed(5); again = torch.randn(1, device="cuda") is not None and torch.rand(3, device="cuda")
+    cuda_draws = {"repeat_after_seeding": first != again.tolist(),  # randn moved it: the second rand differs
+                  "cpu_generator_moved_only_by_cpu_work": not bool((torch.get_rng_state() == cpu_state).all())}
+    torch.set_rng_state(cpu_state); torch.cuda.manual_seed(5)
+    cuda_draws["same_after_reseed"] = torch.rand(3, device="cuda").tolist() == first
+    torch.rand(5, device="cuda")
+    cuda_draws["cpu_generator_untouched_by_cuda_draws"] = bool((torch.get_rng_state() == cpu_state).all())
     loader = torch.utils.data.DataLoader(list(range(4)), batch_size=2, pin_memory=True, num_workers=1)
     print("FACTS " + json.dumps({
         "devices": [str(t.device) for t in (x, y, z, w, v)], "v_dtype": str(v.dtype),
@@ -43,7 +53,7 @@ SCRIPT = textwrap.dedent('''\
         "memory_allocated": torch.cuda.memory_allocated(), "device_count": torch.cuda.device_count(),
         "accelerator": torch.accelerator.is_available() if hasattr(torch, "accelerator") else False,
         "batches": [b.tolist() for b in loader], "argv": sys.argv, "name": __name__,
-        "elapsed_ms_is_number": isinstance(start.elapsed_time(end), float),
+        "elapsed_ms_is_number": isinstance(start.elapsed_time(end), float), "cuda_draws": cuda_draws,
         "dynamo_disabled": os.environ.get("TORCHDYNAMO_DISABLE"),
         "python3_is_this_interpreter": os.popen("python3 -c 'import sys; print(sys.prefix)'").read().strip()
                                        == sys.prefix,
@@ -76,6 +86,9 @@ def test_the_layer_sends_cuda_requests_to_the_cpu_and_runs_the_script_as_main(tm
     assert facts["batches"] == [[0, 1], [2, 3]]  # a loader asked to pin memory runs unpinned
     assert facts["argv"] == [str(folder / "pretrain_gpt.py"), "--seed", "7"] and facts["name"] == "__main__"
     assert facts["elapsed_ms_is_number"] and facts["dynamo_disabled"] == "1"
+    # draws for a CUDA device come from a generator of their own, seeded by torch.cuda.manual_seed, as on a GPU
+    assert facts["cuda_draws"] == {"repeat_after_seeding": True, "cpu_generator_moved_only_by_cpu_work": True,
+                                   "same_after_reseed": True, "cpu_generator_untouched_by_cuda_draws": True}
     assert facts["python3_is_this_interpreter"]
     import sysconfig
     assert facts["ext_suffix"] == sysconfig.get_config_var("EXT_SUFFIX")
