@@ -131,6 +131,29 @@ class LocalBackend(object):
 _CHATTER = re.compile(rb"torch/distributed/elastic/rendezvous/|keep-alive heartbeat")
 
 
+# the time stamp torch's (glog-style) warnings start with: W1202 02:43:23.009000 (local time, no year)
+_GLOG_TIME = re.compile(rb"^\[?[IWEF](\d\d)(\d\d) (\d\d):(\d\d):(\d\d)(\.\d+)?\s")
+
+
+def _chatter_time(line: bytes, now: float) -> Optional[float]:
+    """When a launcher line was printed, from its own time stamp (this host's local time; the year is the one
+    that puts it at or before ``now``), or None when it has none."""
+    match = _GLOG_TIME.match(line)
+    if not match:
+        return None
+    month, day, hour, minute, second = (int(group) for group in match.groups()[:5])
+    fraction = float(match.group(6) or 0.0)
+    year = time.localtime(now).tm_year
+    for candidate in (year, year - 1):  # a stamp from late December read in January
+        try:
+            stamp = time.mktime((candidate, month, day, hour, minute, second, 0, 0, -1)) + fraction
+        except (OverflowError, ValueError):
+            return None
+        if stamp <= now + 60.0:
+            return stamp
+    return None
+
+
 def _seconds_without_progress(run_dir: Path, log: Path, started: Optional[float]) -> float:
     """Seconds since the log last grew by a line of the job's own: a line of launcher chatter (torchrun's
     rendezvous heartbeat warnings, printed every few seconds by a job that is stuck) is not progress, so a
@@ -152,9 +175,16 @@ def _seconds_without_progress(run_dir: Path, log: Path, started: Optional[float]
         handle.seek(offset)
         new = handle.read(size - offset)
     complete = new[:new.rfind(b"\n") + 1]  # whole lines only; a partial line is read with the rest of it
-    own = [not _CHATTER.search(line) for line in complete.split(b"\n") if line.strip()]
-    if own:  # the job printed since the last look: when its last line was written, as closely as is known
-        since = mtime if own[-1] else max(since, checked)  # chatter after it: at the latest since the last look
+    lines = [line for line in complete.split(b"\n") if line.strip()]
+    own = [not _CHATTER.search(line) for line in lines]
+    if any(own):  # the job printed since the last look: when its last line was written, as closely as is known
+        last = max(index for index, mine in enumerate(own) if mine)
+        if last == len(lines) - 1:
+            since = mtime
+        else:  # chatter after it: no later than the first chatter line's own time stamp, else than the last look
+            stamped = _chatter_time(lines[last + 1], now)
+            usable = stamped is not None and since <= stamped <= mtime + 1.0  # a clock that disagrees: not used
+            since = max(since, min(stamped, mtime) if usable else checked)
     tmp = state_file.with_name("progress.json.tmp")
     tmp.write_text(json.dumps({"offset": offset + len(complete), "since": since, "checked": now}))
     os.replace(str(tmp), str(state_file))

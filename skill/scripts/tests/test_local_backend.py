@@ -81,6 +81,28 @@ def test_a_stuck_job_whose_launcher_keeps_printing_is_a_hang(campaign):
     assert result["status"] == "timeout" and result["failure"]["class"] == "hang"
 
 
+def _chatter(stamp):
+    return ("W%s.%06d 26719 torch/distributed/elastic/rendezvous/dynamic_rendezvous.py:1346] The node has failed to "
+            "send a keep-alive heartbeat to the rendezvous\n"
+            % (time.strftime("%m%d %H:%M:%S", time.localtime(stamp)), int(stamp % 1 * 1e6)))
+
+
+@pytest.mark.parametrize("stamp_age, expected", [(40.0, 40.0), (None, 300.0), (9000.0, 300.0)])
+def test_the_last_job_line_before_launcher_chatter_is_dated_by_the_chatters_stamp(tmp_path, stamp_age, expected):
+    # last looked at 300 s ago; since then the job printed one line and torchrun began its keep-alive warnings.
+    # The job's line is dated by the first warning's own time stamp (it came before it), not by the last look,
+    # which may be minutes late when the looks are slow; a line without a stamp, or a stamp that disagrees with
+    # what is known (before the last known progress), falls back to the last look.
+    now = time.time()
+    log = tmp_path / "log.txt"
+    first = _chatter(now - stamp_age) if stamp_age is not None else "W keep-alive heartbeat (no stamp)\n"
+    log.write_text(" iteration 5/20 | lm loss: 9.5\n" + first + _chatter(now - 1.0))
+    os.utime(str(log), (now - 1.0, now - 1.0))
+    (tmp_path / "progress.json").write_text(json.dumps({"offset": 0, "since": now - 1000.0, "checked": now - 300.0}))
+    quiet = runs.backends._seconds_without_progress(tmp_path, log, now - 2000.0)
+    assert expected - 0.5 <= quiet <= expected + 5.0
+
+
 def test_killed_and_oom_runs_fail_with_a_class(campaign):
     campaign, settings = campaign
     runs.launch(campaign, settings, baseline=True)

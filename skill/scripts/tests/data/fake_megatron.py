@@ -45,8 +45,10 @@ for it in range(1, 21):
         time.sleep(600)
     if it == 6 and mode == "hang-heartbeat":  # stuck, while the launcher keeps printing (as torchrun does)
         for beat in range(3000):
-            print("W1202 01:02:55.997000 26719 torch/distributed/elastic/rendezvous/dynamic_rendezvous.py:1346] The "
-                  "node 'localhost_26719_0' has failed to send a keep-alive heartbeat to the rendezvous", flush=True)
+            stamp = time.time()  # stamped as torch stamps its warnings: local time, microseconds, no year
+            print("W%s.%06d 26719 torch/distributed/elastic/rendezvous/dynamic_rendezvous.py:1346] The "
+                  "node 'localhost_26719_0' has failed to send a keep-alive heartbeat to the rendezvous"
+                  % (time.strftime("%m%d %H:%M:%S", time.localtime(stamp)), int(stamp % 1 * 1e6)), flush=True)
             time.sleep(0.2)
     if it == 6 and mode == "killed":
         os.kill(os.getpid(), signal.SIGKILL)
