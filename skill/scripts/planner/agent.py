@@ -336,7 +336,8 @@ class Planner(object):
     def space_of(self, run: str, text: str):
         if run not in self.spaces:
             self.spaces[run] = space_mod.space(text, self.baseline_text, gpu=self.settings.get("ATTUNE_PLANNER_GPU")
-                                               or None, gate_rules=self.settings.get("ATTUNE_GATE_RULES") or None)
+                                               or None, gate_rules=self.settings.get("ATTUNE_GATE_RULES") or None,
+                                               cpu="cpu" in (self.settings.get("ATTUNE_POD_HOOKS") or "").split())
         return self.spaces[run]
 
     def name_of(self, lever: str, parent: str, change: list) -> str:

@@ -390,8 +390,9 @@ def options(state: State) -> List[Option]:
         stale = opt.retest_of.order if opt.retest_of is not None else 10 ** 9
         blind = BLIND_ORDER.index(opt.lever.id) if opt.lever.id in BLIND_ORDER else len(BLIND_ORDER)
         value = opt.expected if opt.expected is not None else opt.gain
-        return (0 if opt.modelled else 1, -round(value, 5), stale, -round(opt.share, 4), round(memory, 1),
-                0 if opt.lever.exact else 1, blind if lead is None else 0,
+        # blind (no projection): the order SKILL.md gives for an unknown bottleneck comes before exactness
+        return (0 if opt.modelled else 1, -round(value, 5), stale, blind if lead is None else 0,
+                -round(opt.share, 4), round(memory, 1), 0 if opt.lever.exact else 1,
                 _tiebreak(state.seed, opt.lever.id, opt.alternative.name))
     return sorted(found, key=key)
 

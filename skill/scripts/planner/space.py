@@ -36,7 +36,7 @@ import functools
 import sys
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 SCRIPTS = Path(__file__).resolve().parents[1]
 if str(SCRIPTS) not in sys.path:
@@ -47,7 +47,7 @@ from attune_core.candidates import parse_changes  # noqa: E402
 from attune_core.errors import AttuneError  # noqa: E402
 from attune_core.recipe import Recipe, diff  # noqa: E402
 
-__all__ = ["Alternative", "Lever", "Prediction", "space", "apply", "predict", "project_recipe", "as_recipe", "undo",
+__all__ = ["Alternative", "Lever", "Prediction", "space", "no_mechanism", "apply", "predict", "project_recipe", "as_recipe", "undo",
            "leave_one_out", "check", "LEVER_IDS", "COMPANIONS", "OPTIONS"]
 
 OPTIONS = ("--set", "--unset", "--env", "--unset-env")
@@ -540,14 +540,33 @@ def _exact(entry_flags: tuple, gate_rules: Optional[str]) -> bool:
     return bool(found) and all(found)
 
 
+def no_mechanism(lever_id: str, own: Sequence[str], recipe, cpu: bool = False) -> Optional[str]:
+    """Why a lever cannot act on the platform ``recipe`` runs on (None when it can): the NCCL library's variables
+    do nothing when the collectives are not NCCL's (``--distributed-backend gloo``), and the CUDA runtime's and
+    allocator's do nothing on a CPU run (``cpu``: through the cpu pod hook)."""
+    backend = str(recipe.args().get("--distributed-backend") or "nccl")
+    if own and backend != "nccl" and all(name.startswith(("NCCL_", "TORCH_NCCL_")) for name in own):
+        return "its variables configure NCCL, and this recipe's collectives are %s's (--distributed-backend %s)" % (
+            backend, backend)
+    if own and cpu and all(name in CUDA_ONLY for name in own):
+        return "%s act%s on the CUDA runtime or allocator, and this is a CPU run (the cpu pod hook)" % (
+            " and ".join(own), "s" if len(own) == 1 else "")
+    return None
+
+
+# variables and flags with a mechanism only on a GPU
+CUDA_ONLY = ("CUDA_DEVICE_MAX_CONNECTIONS", "PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF")
+
+
 def space(recipe, baseline=None, *, gpu: Optional[str] = None, gate_rules: Optional[str] = None,
-          catalog: Optional[str] = None, include_empty: bool = False) -> List[Lever]:
+          catalog: Optional[str] = None, include_empty: bool = False, cpu: bool = False) -> List[Lever]:
     """The levers and their legal, shippable alternatives against ``recipe`` (see the module docstring).
 
     ``baseline``: the campaign's baseline recipe (workload and gate reference; default ``recipe``);
     ``gpu``: the GPU model for the rules that depend on it (default: the recipe's ``ATTUNE_SIM_HARDWARE``);
     ``gate_rules``: the campaign's gate overrides file (``ATTUNE_GATE_RULES``); ``catalog``: the lever catalog
-    (default the skill's ``references/levers.md``)."""
+    (default the skill's ``references/levers.md``); ``cpu``: the runs are CPU runs (the cpu pod hook). A lever
+    with no mechanism on the recipe's platform (``no_mechanism``) has every alternative rejected, saying why."""
     parent = workload.enforce(as_recipe(recipe))
     base = workload.enforce(as_recipe(baseline)) if baseline is not None else parent
     ctx = _Context(parent, gpu)
@@ -561,6 +580,7 @@ def space(recipe, baseline=None, *, gpu: Optional[str] = None, gate_rules: Optio
         own = tuple(entry["flags"]) + tuple(entry["env"])
         allowed = set(own) | set(COMPANIONS.get(lever_id, {}))
         legal, rejected = [], []
+        inert = no_mechanism(lever_id, own, parent, cpu)
         for name, changes in GENERATORS[lever_id](ctx):
             alt = Alternative(lever_id, name, tuple(changes))
             touched = alt.names()
@@ -575,6 +595,7 @@ def space(recipe, baseline=None, *, gpu: Optional[str] = None, gate_rules: Optio
                 why = check(parent, child, base, gpu, gate_rules)
             except AttuneError as exc:
                 child, why = None, "recipe: " + str(exc).splitlines()[0]
+            why = why or (inert and "no mechanism here: " + inert)
             alt = dataclasses.replace(alt, companions=companions, child=child)
             (rejected.append((alt, why)) if why else legal.append(alt))
         if legal or include_empty:

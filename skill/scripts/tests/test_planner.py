@@ -112,6 +112,26 @@ def test_what_the_space_keeps_out_says_why():
     assert ("--unset", "sequence-parallel") in tp.changes and tp.companions == ("--sequence-parallel",)
 
 
+def test_a_lever_with_no_mechanism_on_the_platform_is_kept_out_saying_why():
+    # the real CPU recipe: gloo collectives (no NCCL) and, through the cpu pod hook, no CUDA runtime or allocator
+    real = (SCRIPTS.parent.parent / "harness" / "recipes" / "gpt_tiny_cpu.yaml").read_text()
+    nccl = ("high-priority-nccl-streams", "nvls", "nccl-cta-policy", "nccl-p2p-chunksize", "avoid-record-streams")
+    cuda = ("cuda-device-max-connections", "expandable-segments")
+    on_gpu = {lever.id for lever in space.space(recipes()["llama"])}
+    assert set(nccl[:3]) | {"expandable-segments"} <= on_gpu  # an NCCL recipe on a GPU keeps them
+    gloo = {lever.id: lever for lever in space.space(real, include_empty=True)}
+    cpu = {lever.id: lever for lever in space.space(real, include_empty=True, cpu=True)}
+    for lever_id in nccl:
+        if lever_id in gloo:
+            assert not gloo[lever_id].alternatives, lever_id
+            assert all("--distributed-backend gloo" in why for _alt, why in gloo[lever_id].rejected), lever_id
+    assert gloo["cuda-device-max-connections"].alternatives  # gloo alone says nothing about the device
+    for lever_id in cuda:
+        assert not cpu[lever_id].alternatives, lever_id
+        assert all("CPU run" in why for _alt, why in cpu[lever_id].rejected), lever_id
+    assert cpu["micro-batch-size"].alternatives and cpu["full-recompute"].alternatives
+
+
 def test_apply_writes_what_candidate_new_writes(tmp_path):
     from factory import settings as make_settings
 
@@ -249,6 +269,11 @@ def test_without_a_projection_every_lever_gets_one_try_overlap_first():
     found = policy.options(s)
     assert len({opt.lever.id for opt in found}) == len(found) == len(s.levers)
     assert found[0].lever.id in policy.BLIND_ORDER
+    # the blind order comes first, whatever a lever's exactness: micro-batch size (placement, not exact) before
+    # every lever outside the order
+    listed = [opt.lever.id for opt in found if opt.lever.id in policy.BLIND_ORDER]
+    assert [opt.lever.id for opt in found[:len(listed)]] == listed
+    assert listed == [lever_id for lever_id in policy.BLIND_ORDER if lever_id in listed]
 
 
 # ------------------------------------------------------------------------------------------ the property
