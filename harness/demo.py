@@ -61,7 +61,7 @@ def prepare(directory: Path, model: str = "llama3-70b", budget_gpuh: float = Non
     return config
 
 
-REAL_BUDGET_GPUH = 0.5  # rank-hours: a run of the tiny GPT holds 2 ranks for about 40 s, so about 20 runs
+REAL_BUDGET_GPUH = 0.35  # rank-hours: a run of the tiny GPT holds 2 ranks for 25-40 s, so about 17 runs
 
 
 def prepare_real(directory: Path, budget_gpuh: float = None) -> Path:
@@ -94,7 +94,7 @@ def prepare_real(directory: Path, budget_gpuh: float = None) -> Path:
              "ATTUNE_BACKEND=local",
              "ATTUNE_AGENT=planner",
              "ATTUNE_POD_HOOKS=cpu",
-             "ATTUNE_HANG_AFTER_S=120",  # a run starts in about 20 s and logs an iteration a second
+             "ATTUNE_HANG_AFTER_S=60",  # a run is never silent for more than a few seconds: it logs an iteration a second
              "AUTOTUNE_ALLOW_WEB=0",
              "AUTOTUNE_GPUH_BUDGET=%g" % (budget_gpuh or REAL_BUDGET_GPUH)]
     config.write_text("\n".join(lines) + "\n", encoding="utf-8")
