@@ -8,6 +8,7 @@ backend registers here the same way.
 
 from __future__ import annotations
 
+import calendar
 import dataclasses
 import json
 import os
@@ -135,23 +136,52 @@ _CHATTER = re.compile(rb"torch/distributed/elastic/rendezvous/|keep-alive heartb
 _GLOG_TIME = re.compile(rb"^\[?[IWEF](\d\d)(\d\d) (\d\d):(\d\d):(\d\d)(\.\d+)?\s")
 
 
-def _chatter_time(line: bytes, now: float) -> Optional[float]:
-    """When a launcher line was printed, from its own time stamp (this host's local time; the year is the one
-    that puts it at or before ``now``), or None when it has none."""
+def _chatter_time(line: bytes, now: float, utc_offset_s: Optional[float] = None) -> Optional[float]:
+    """When a launcher line was printed, from its own time stamp, or None when it has none. The stamp is local
+    time: this host's (``utc_offset_s`` None) or that of a clock ``utc_offset_s`` seconds east of UTC; the
+    year is the one that puts it at or before ``now``."""
     match = _GLOG_TIME.match(line)
     if not match:
         return None
     month, day, hour, minute, second = (int(group) for group in match.groups()[:5])
     fraction = float(match.group(6) or 0.0)
-    year = time.localtime(now).tm_year
+    if utc_offset_s is None:
+        year = time.localtime(now).tm_year
+    else:
+        year = time.gmtime(now + utc_offset_s).tm_year
     for candidate in (year, year - 1):  # a stamp from late December read in January
+        fields = (candidate, month, day, hour, minute, second, 0, 0, -1)
         try:
-            stamp = time.mktime((candidate, month, day, hour, minute, second, 0, 0, -1)) + fraction
+            stamp = (time.mktime(fields) if utc_offset_s is None else calendar.timegm(fields) - utc_offset_s)
         except (OverflowError, ValueError):
             return None
         if stamp <= now + 60.0:
-            return stamp
+            return stamp + fraction
     return None
+
+
+def quiet_from_tail(tail: bytes, mtime: float, now: float, utc_offset_s: Optional[float] = None,
+                    cut: bool = False) -> float:
+    """Seconds without progress from the end of a log (``tail``; ``cut``: it starts inside a line), the log's
+    modification time and the clock ``now`` (both of one host). A last line of the job's own was written at
+    ``mtime``; one followed by launcher chatter, no later than the first chatter line's own stamp; where the
+    whole tail is chatter, the job's last line came before the first one. The stamps are trusted only when the
+    last line's stamp agrees with ``mtime`` (within 2 minutes: the same clock and zone). Otherwise, or without
+    a stamp: the log's age (which chatter keeps young: a hang is then seen only when the launcher goes quiet
+    too)."""
+    lines = [line for line in tail.split(b"\n") if line.strip()]
+    if cut and lines:
+        lines = lines[1:]
+    own = [not _CHATTER.search(line) for line in lines]
+    if not lines or own[-1]:
+        return max(0.0, now - mtime)
+    mine = [index for index, flag in enumerate(own) if flag]
+    stamped = _chatter_time(lines[mine[-1] + 1 if mine else 0], now, utc_offset_s)
+    last = _chatter_time(lines[-1], now, utc_offset_s)
+    # the last line was written when the log last changed: a stamp far from that is another clock or zone
+    if stamped is None or last is None or abs(last - mtime) > 120.0 or stamped > mtime + 1.0:
+        return max(0.0, now - mtime)
+    return max(0.0, now - stamped)
 
 
 def _seconds_without_progress(run_dir: Path, log: Path, started: Optional[float]) -> float:

@@ -26,6 +26,7 @@ from typing import Optional
 
 import yaml
 
+from . import backends as backends_mod
 from .backends import BACKENDS, Status
 from .errors import CheckFailed, InputError
 from .recipe import Recipe
@@ -79,6 +80,9 @@ def wrong_images(spec: dict, image: str) -> list:
     ``image``, one that names no image included: a RayJob with any is refused at submission, and
     ``attune doctor`` checks the baseline with this before the campaign starts."""
     return ["%s %s" % (where, found or "(no image)") for where, found in _images(spec) if found != image]
+
+
+TAIL_BYTES = 65536  # the end of a log read to date its last line of the job's own
 
 
 class KubeRayBackend(object):
@@ -156,14 +160,27 @@ class KubeRayBackend(object):
         return Status(state, code, _epoch(status.get("startTime")), _epoch(status.get("endTime")), quiet)
 
     def seconds_since_log_changed(self, run: str) -> Optional[float]:
-        """Seconds since the run's log last changed, or None while there is no log. Both times are read
-        in one exec in the log pod (the log's ``stat -c %Y`` and the pod's ``date +%s``), so a clock skew
-        between this host and the cluster cannot fake a hang."""
-        code, out, _err = self._exec(["sh", "-c", "stat -c %%Y %s && date +%%s" % shlex.quote(self.remote_log(run))])
-        numbers = out.split()
-        if code not in (0, None) or len(numbers) != 2 or not all(n.isdigit() for n in numbers):
+        """Seconds since the job last printed a line of its own, or None while there is no log. Read in one
+        exec in the log pod: the log's ``stat -c %Y``, the pod's ``date +%s`` and ``date +%z`` and the log's last
+        64 KiB, so a clock skew between this host and the cluster cannot fake a hang. Launcher chatter at the
+        end of the log (torchrun's rendezvous keep-alive warnings, which a stuck job's launcher prints every
+        few seconds) does not count as progress: the job's last line is dated by the first chatter line's own
+        stamp (``backends.quiet_from_tail``); without one, the log's age."""
+        log = shlex.quote(self.remote_log(run))
+        code, out, _err = self._exec(["sh", "-c", "stat -c %%Y %s && date +%%s && date +%%z && tail -c %d %s"
+                                      % (log, TAIL_BYTES, log)])
+        head = out.encode("utf-8", "replace").split(b"\n", 3)
+        if code not in (0, None) or len(head) < 3 or not all(n.strip().isdigit() for n in head[:2]):
             return None  # no log yet (the run has not started writing it)
-        return max(0.0, float(int(numbers[1]) - int(numbers[0])))
+        mtime, now = float(int(head[0])), float(int(head[1]))
+        zone = head[2].strip().decode("ascii", "replace")
+        offset = None
+        if len(zone) == 5 and zone[0] in "+-" and zone[1:].isdigit():
+            offset = (1 if zone[0] == "+" else -1) * (int(zone[1:3]) * 3600 + int(zone[3:]) * 60)
+        tail = head[3] if len(head) > 3 else b""
+        if offset is None:
+            return max(0.0, now - mtime)
+        return backends_mod.quiet_from_tail(tail, mtime, now, offset, cut=len(tail) >= TAIL_BYTES * 0.9)
 
     def _exec(self, command: list) -> tuple:
         """Run ``command`` in the log pod: (exit code, stdout, stderr), the output as text."""

@@ -71,6 +71,7 @@ class FakeKube(object):
         self.execs = []  # (pod, command)
         self.mtimes = {}  # (pod, path) -> modification time served by `stat -c %Y` (the file need not be in files)
         self.clock = None  # the pods' `date +%s`; None: this host's time
+        self.zone = "+0000"  # the pods' `date +%z`: their local time's offset from UTC
         self.forbidden = set()  # paths that answer 403 to every method
         self.namespaces = set()  # namespaces that exist (GET /api/v1/namespaces/NAME)
         self.ray_resources = ["rayjobs", "rayclusters", "rayservices"]  # what discovery of ray.io/v1 serves
@@ -278,7 +279,8 @@ class FakeKube(object):
 
     def run_command(self, pod: str, command: list) -> tuple:
         """(stdout, stderr or None when it succeeded) of an exec: ``cat PATH``, ``stat -c %Y PATH``,
-        ``date +%s``, or ``sh -c`` with those joined by ``&&`` (it stops at the first that fails)."""
+        ``date +%s``, ``date +%z``, ``tail -c N PATH``, or ``sh -c`` with those joined by ``&&`` (it stops at the
+        first that fails)."""
         if command[:2] == ["sh", "-c"]:
             parts = [shlex.split(part) for part in command[2].split("&&")]
         else:
@@ -291,6 +293,11 @@ class FakeKube(object):
                 out += b"%d\n" % self.mtimes[(pod, argv[-1])]
             elif argv == ["date", "+%s"]:
                 out += b"%d\n" % (time.time() if self.clock is None else self.clock)
+            elif argv == ["date", "+%z"]:
+                out += self.zone.encode() + b"\n"
+            elif argv[:2] == ["tail", "-c"] and len(argv) == 4 and argv[2].isdigit() and (
+                    (pod, argv[-1]) in self.files or (pod, argv[-1]) in self.mtimes):
+                out += self.files.get((pod, argv[-1]), b"")[-int(argv[2]):]
             elif argv[:1] in (["cat"], ["stat"]):
                 what = "%s: cannot stat '%s'" % (argv[0], argv[-1]) if argv[0] == "stat" else "cat: %s" % argv[-1]
                 return out, ("%s: No such file or directory\n" % what).encode()

@@ -230,10 +230,40 @@ def test_progress_is_the_age_of_the_log_by_the_log_pods_clock(kube, backend, tmp
     kube.clock = 1_000_000_000 + 1234  # the cluster's clock, years away from this host's: no skew counts
     status = backend.status(run_dir)
     assert status.state == "running" and status.seconds_without_progress == 1234.0
-    assert kube.execs[-1] == ("log-reader", ["sh", "-c", "stat -c %%Y %s && date +%%s" % remote])
+    assert kube.execs[-1] == ("log-reader", ["sh", "-c", "stat -c %%Y %s && date +%%s && date +%%z && tail -c 65536 %s"
+                                             % (remote, remote)])
     job["status"] = {"jobStatus": "SUCCEEDED", "jobDeploymentStatus": "Complete"}
     execs = len(kube.execs)
     assert backend.status(run_dir).seconds_without_progress is None and len(kube.execs) == execs  # only while running
+
+
+def _heartbeat(epoch, zone_s):
+    import time
+    return ("W%s.250000 26719 torch/distributed/elastic/rendezvous/dynamic_rendezvous.py:1346] The node has failed "
+            "to send a keep-alive heartbeat to the rendezvous\n"
+            % time.strftime("%m%d %H:%M:%S", time.gmtime(epoch + zone_s))).encode()
+
+
+@pytest.mark.parametrize("zone, zone_s, job_zone_s, expected", [
+    ("+0000", 0, 0, 600 - 60.25),  # dated by the first keep-alive warning after the job's last line
+    ("-0500", -5 * 3600, -5 * 3600, 600 - 60.25),  # the pods' local time, whatever their zone
+    ("+0000", 0, 3 * 3600, 45.0),  # stamps of another zone than the log pod's: not trusted, the log's age
+])
+def test_launcher_chatter_at_the_end_of_the_log_is_not_progress(kube, backend, tmp_path, zone, zone_s, job_zone_s,
+                                                                 expected):
+    # a stuck job: its last iteration line, then a minute later torchrun's keep-alive warnings every 5 s
+    run_dir = tmp_path / "alice-llama8b-r011"
+    run_dir.mkdir()
+    backend.submit("alice-llama8b-r011", Recipe(TEXT), run_dir)
+    job = kube.rayjobs[("ml-tuning", "alice-llama8b-r011")]
+    job["status"] = {"jobStatus": "RUNNING", "jobDeploymentStatus": "Running", "startTime": "2026-11-02T09:00:00Z"}
+    remote = "/mnt/shared/alice-llama8b-r011/log.txt"
+    last_own = 1_790_000_000  # the job's last line; the cluster's clock, far from this host's
+    beats = b"".join(_heartbeat(last_own + 60 + 5 * i, job_zone_s) for i in range(100))
+    kube.files[("log-reader", remote)] = b" [2026-09-21 10:00:00] iteration 5/20 | lm loss: 9.5\n" * 2000 + beats
+    kube.mtimes[("log-reader", remote)] = last_own + 60 + 5 * 99
+    kube.clock, kube.zone = last_own + 600, zone
+    assert backend.status(run_dir).seconds_without_progress == pytest.approx(expected, abs=0.01)
 
 
 def test_a_run_whose_log_stopped_is_torn_down_as_a_hang_and_charged_its_time(kube, cluster_campaign):
