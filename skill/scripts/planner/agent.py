@@ -496,8 +496,17 @@ class Planner(object):
             except OSError:  # a recipe missing from runs/: no leave-one-out candidate
                 undo = None
             out.append(policy.Change(lever=row.get("lever", ""), alternative=name, run=run, undo=undo,
-                                     gain=item.gain if item else None))
+                                     gain=item.gain if item else None, removed=self.removed(row["parent"], run)))
         return out
+
+    def removed(self, parent: str, run: str) -> tuple:
+        """The arguments and variables ``run``'s recipe took out of its parent's."""
+        try:
+            before, after = (space_mod.as_recipe(self.recipe_text(r)) for r in (parent, run))
+        except OSError:
+            return ()
+        gone = [name for name in before.args() if name not in after.args()]
+        return tuple(gone + [name for name in before.env() if name not in after.env()])
 
     # ---------------------------------------------------------------- housekeeping on every step
     def in_flight(self, status: dict) -> bool:

@@ -108,6 +108,7 @@ class Change:
     undo: Optional[Alternative] = None
     gain: Optional[float] = None
     predicted: Optional[Prediction] = None
+    removed: tuple = ()  # the arguments and variables the change took out of its parent's recipe
 
 
 @dataclasses.dataclass(frozen=True)
@@ -305,10 +306,14 @@ def _value(recipe, name: str):
 
 
 def _reverses(state: State, alt: Alternative) -> Optional[Change]:
-    """The kept change of the lineage whose lever ``alt`` would return to the value it moved away from."""
+    """The kept change of the lineage whose lever ``alt`` would return to the value it moved away from, or
+    one whose removal of an argument ``alt`` would undo by setting it again, whatever its lever (recompute
+    back on, by any method, after a kept ``recompute=none``)."""
     if alt.child is None:
         return None
     for change in state.lineage:
+        if change.removed and any(_value(alt.child, name) is not None for name in change.removed):
+            return change
         undo = change.undo
         if change.lever != alt.lever or undo is None or undo.child is None:
             continue

@@ -132,6 +132,22 @@ def test_a_lever_with_no_mechanism_on_the_platform_is_kept_out_saying_why():
     assert cpu["micro-batch-size"].alternatives and cpu["full-recompute"].alternatives
 
 
+def test_an_argument_a_kept_change_removed_is_not_set_again_by_any_lever():
+    # the real demo: recompute=none kept (three flags removed); putting recompute back, full by another method
+    # or selective (another lever on the same flag), goes back on a measured change and cannot win on speed
+    from attune_core.recipe import Recipe
+    real = (SCRIPTS.parent.parent / "harness" / "recipes" / "gpt_tiny_cpu.yaml").read_text()
+    flags = ("--recompute-granularity", "--recompute-method", "--recompute-num-layers")
+    leader = Recipe(real, "leader.yaml").apply([{"op": "unset", "arg": flag} for flag in flags]).render()
+    kept = policy.Change(lever="full-recompute", alternative="recompute=none", run="real-r011", removed=flags)
+
+    def recompute_options(lineage):
+        found = policy.options(policy.state_for(leader, real, leader="real-r011", band=0.13, lineage=lineage))
+        return {opt.alternative.name for opt in found if opt.lever.id in ("full-recompute", "selective-recompute")}
+    assert {name.split("/")[0] for name in recompute_options([])} == {"recompute=full", "recompute=selective"}
+    assert recompute_options([kept]) == set()
+
+
 def test_apply_writes_what_candidate_new_writes(tmp_path):
     from factory import settings as make_settings
 
