@@ -139,6 +139,10 @@ SPECS = (
          "GPU model the planner passes as --gpu and projects on (h100, b200, ...; empty: the recipe's "
          "ATTUNE_SIM_HARDWARE; with neither the planner has no projection and takes the catalog's levers in order)",
          "", group="agent"),
+    Spec("ATTUNE_PLANNER_MAX_BAND", "planner_max_band", "float", "0.25",
+         "widest noise band (its full range, a fraction) the planner agent goes on with: over it the campaign stops, "
+         "since only a change larger than the band counts (a shared host whose levers are far larger than its "
+         "noise may go higher)", "0.25", group="agent"),
     Spec("AUTOTUNE_ALLOW_WEB", "allow_web", "bool", "1",
          "let the agent use web search and fetch (0 for evaluation campaigns)", "1", group="agent"),
     Spec("ATTUNE_ROWS_PATH", "rows_path", "str", "",
@@ -193,6 +197,7 @@ class Settings:
     pod_hooks: str = ""
     planner_seed: int = 0
     planner_gpu: str = ""
+    planner_max_band: Optional[float] = 0.25
     claude_version: str = ""
     hang_after_s: float = 900.0
 

@@ -22,8 +22,9 @@ written) or integrity stopped it; 1 on an error (resumable).
 Environment: ``ATTUNE_CAMPAIGN_DIR`` (default: the current directory), ``ATTUNE_SESSION_ID``, and the
 fault-injection hook ``ATTUNE_PLANNER_FAULT=after-launch:N`` or ``after-candidate:N`` (SIGKILL itself right
 after its N-th launch or candidate of this process) or ``exit-after-launch:N`` (end the session with exit 0,
-the campaign unfinished, after its N-th launch), for the resume tests. The seed and GPU model are the
-campaign's settings ``ATTUNE_PLANNER_SEED`` and ``ATTUNE_PLANNER_GPU``.
+the campaign unfinished, after its N-th launch), for the resume tests. The seed, the GPU model and the widest
+band it goes on with are the campaign's settings ``ATTUNE_PLANNER_SEED``, ``ATTUNE_PLANNER_GPU`` and
+``ATTUNE_PLANNER_MAX_BAND``.
 """
 
 from __future__ import annotations
@@ -471,6 +472,8 @@ class Planner(object):
             band_established=bool(band.get("established")), budget_left=max(0.0, budget["left"]), run_cost=run_cost,
             levers=levers, leader_prediction=lead_pred, predictions=predictions, tried=tried, lineage=lineage,
             excluded=dict(self.excluded), seed=int(self.settings.get("ATTUNE_PLANNER_SEED") or 0),
+            config=policy.Config(unusable_band=float(self.settings.get("ATTUNE_PLANNER_MAX_BAND") or
+                                                     policy.Config().unusable_band)),
             moe=("--num-experts" in space_mod.as_recipe(self.recipe_text(leader)).args()) if levers else None)
 
     def lineage(self, leader: str, launches: dict, tried: list, leader_text: str) -> list:

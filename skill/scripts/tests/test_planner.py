@@ -198,6 +198,13 @@ def test_the_baseline_comes_first_and_an_unusable_band_stops():
     assert set(unusable.evidence) <= {"r001", "r002", "r003"}
     noisy = policy.propose(state(band=0.08))  # large levers can still clear it: the campaign goes on
     assert noisy.kind != "stop", noisy
+    # ATTUNE_PLANNER_MAX_BAND widens what it goes on with (the real demo on a shared host: 0.5)
+    wider = policy.propose(state(band=0.30, config=policy.Config(unusable_band=0.5)))
+    assert "noise band is" in unusable.reason and "noise band is" not in wider.reason, wider  # (it stops: no
+    # lever here is predicted to clear so wide a band, which is another reason)
+    from attune_core import settings as settings_mod
+    spec = next(spec for spec in settings_mod.SPECS if spec.env == "ATTUNE_PLANNER_MAX_BAND")
+    assert float(spec.default) == policy.Config().unusable_band
 
 
 def test_a_winner_is_gated_then_confirmed_and_a_failed_gate_never_confirmed():
