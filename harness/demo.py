@@ -97,6 +97,9 @@ def prepare_real(directory: Path, budget_gpuh: float = None) -> Path:
              # a shared 2-core host: one slow run widens a 3-run band to 26% (seen), while the levers here move
              # tokens/s by 20% to 110% (bench/README.md): only a change beyond the band counts, however wide
              "ATTUNE_PLANNER_MAX_BAND=0.5",
+             # a healthy run's processes hold 1.8 GB together (measured); --recompute-modules mlp grows without
+             # end (200 MB/s a rank) and, unchecked, fills the host until the polls that would see it crawl
+             "ATTUNE_LOCAL_MEMORY_MB=8000",
              "ATTUNE_HANG_AFTER_S=60",  # a run is never silent for more than a few seconds: it logs an iteration a second
              "AUTOTUNE_ALLOW_WEB=0",
              "AUTOTUNE_GPUH_BUDGET=%g" % (budget_gpuh or REAL_BUDGET_GPUH)]

@@ -58,7 +58,8 @@ class LocalBackend(object):
     def submit(self, run: str, recipe: Recipe, run_dir: Path) -> None:
         if (run_dir / "local.json").exists():
             raise InputError("run %s was submitted already (%s exists)" % (run, run_dir / "local.json"))
-        spec = {"command": recipe.command.text, "env": recipe.env(), "cwd": str(run_dir)}
+        spec = {"command": recipe.command.text, "env": recipe.env(), "cwd": str(run_dir),
+                "memory_limit_mb": memory_limit_mb(self.settings)}
         (run_dir / "local.json").write_text(json.dumps(spec, indent=2))
         proc = subprocess.Popen([sys.executable, str(LOCALRUN), str(run_dir)], start_new_session=True,
                                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -126,6 +127,22 @@ class LocalBackend(object):
             raise RuntimeError("run in %s: process group %d survived SIGKILL" % (run_dir, pid))
         (run_dir / "teardown.json").write_text(json.dumps({"ended": time.time()}))
         return self.status(run_dir)
+
+
+def memory_limit_mb(settings=None) -> Optional[float]:
+    """The memory a local run's processes may hold together (MiB): ``ATTUNE_LOCAL_MEMORY_MB``, else 85% of
+    this host's memory (``/proc/meminfo``), else no limit (0: none)."""
+    value = getattr(settings, "local_memory_mb", None) if settings is not None else None
+    if value is not None:
+        return float(value) or None
+    try:
+        with open("/proc/meminfo") as handle:
+            for line in handle:
+                if line.startswith("MemTotal:"):
+                    return round(0.85 * int(line.split()[1]) / 1024.0)
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
 
 
 # what a launcher prints on its own while the job makes no progress: torch elastic's rendezvous keep-alive warnings

@@ -53,7 +53,8 @@ _FAILURES = (
     ("oom", ("out of memory", "OutOfMemoryError", "return OOM", "can't allocate memory", "MemoryError"),
      re.compile(r"CUDA out of memory|OutOfMemoryError|CUDA error: out of memory|"
                 r"TorchMemorySaver::malloc return OOM|"
-                r"DefaultCPUAllocator: can't allocate memory|^\s*(?:\[rank\d+\]:\s*)?MemoryError\b")),  # host RAM
+                r"DefaultCPUAllocator: can't allocate memory|^\s*(?:\[rank\d+\]:\s*)?MemoryError\b|"  # host RAM
+                r"^attune-local: out of memory")),  # the local backend's memory limit
     ("assertion", ("AssertionError",), re.compile(r"\bAssertionError\b")),
     ("argparse", ("error: unrecognized arguments", "error: argument "),
      re.compile(r": error: (?:unrecognized arguments: |argument \S+: )")),

@@ -163,6 +163,9 @@ SPECS = (
     Spec("ATTUNE_HANG_AFTER_S", "hang_after_s", "float", "900",
          "seconds a running job may print nothing of its own (launcher chatter does not count) before it is torn "
          "down as a hang", "900", group="measurement"),
+    Spec("ATTUNE_LOCAL_MEMORY_MB", "local_memory_mb", "float", "",
+         "memory (MiB) a local run's processes may hold together before the local backend kills them as out of "
+         "memory (empty: 85% of this host's memory; 0: no limit)", "", group="measurement"),
     Spec("ATTUNE_GATE_RULES", "gate_rules", "str", "",
          "your overrides of the gate's argument classes (YAML, see skill/scripts/correctness/rules/README.md; "
          "each entry with its justification); empty: the built-in classes only", "", group="measurement"),
@@ -200,6 +203,7 @@ class Settings:
     planner_max_band: Optional[float] = 0.25
     claude_version: str = ""
     hang_after_s: float = 900.0
+    local_memory_mb: Optional[float] = None
 
     @property
     def budget_kind(self) -> str:

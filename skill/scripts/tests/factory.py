@@ -16,14 +16,15 @@ from attune_core import campaign as campaign_mod
 from attune_core import settings as settings_mod
 from attune_core.measure import encode_float
 
-def local_campaign(tmp_path, recipe_text: str, prefix: str, campaign_id: str):
+def local_campaign(tmp_path, recipe_text: str, prefix: str, campaign_id: str, **extra):
     """Yield ``(campaign, settings)``: a campaign on the local backend whose baseline is ``recipe_text`` and whose
-    budget is 20 runs; every run it launched is torn down afterwards (for a fixture: ``yield from``)."""
+    budget is 20 runs (``extra``: more settings); every run it launched is torn down afterwards (for a fixture:
+    ``yield from``)."""
     from attune_core import runs
     baseline = Path(tmp_path) / "baseline.yaml"
     baseline.write_text(recipe_text)
     made_settings = settings(ATTUNE_BASELINE_YAML=str(baseline), ATTUNE_RUN_PREFIX=prefix, AUTOTUNE_GPUH_BUDGET="",
-                             AUTOTUNE_BUDGET="20")
+                             AUTOTUNE_BUDGET="20", **extra)
     made = campaign_mod.init(Path(tmp_path) / "c", made_settings, campaign_id)
     yield made, made_settings
     for run_dir in (made.dir / "runs").glob("*") if (made.dir / "runs").exists() else []:

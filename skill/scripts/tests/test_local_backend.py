@@ -103,6 +103,28 @@ def test_the_last_job_line_before_launcher_chatter_is_dated_by_the_chatters_stam
     assert expected - 0.5 <= quiet <= expected + 5.0
 
 
+def test_a_run_whose_memory_runs_away_is_killed_at_the_limit_as_oom(tmp_path):
+    # a job whose memory grows without end would fill the host (real Megatron-LM on the CPU with
+    # --recompute-modules mlp: 200 MB/s a rank) until everything on it crawls; the local run kills it at the limit
+    made = local_campaign(tmp_path, RECIPE.format(python=sys.executable, script=DATA / "fake_megatron.py"), "mem-",
+                          "mem-test", ATTUNE_LOCAL_MEMORY_MB="300")
+    campaign, settings = next(made)
+    try:
+        runs.launch(campaign, settings, baseline=True)
+        run = candidate(campaign, "leak")
+        runs.launch(campaign, settings, run=run)
+        assert json.loads((campaign.run_dir(run) / "local.json").read_text())["memory_limit_mb"] == 300.0
+        wait(campaign, settings, run, ("failed",))
+        assert json.loads((campaign.run_dir(run) / "exit.json").read_text())["memory_killed"] is True
+        result = runs.finalize(campaign, settings, run)
+        assert result["status"] == "failed" and result["failure"]["class"] == "oom"
+        assert "over the 300 MiB a local run may hold" in result["failure"]["evidence"]
+        assert runs.backends.memory_limit_mb() > 0  # the default: 85% of this host's memory
+    finally:
+        for _ in made:  # tears its runs down
+            pass
+
+
 def test_killed_and_oom_runs_fail_with_a_class(campaign):
     campaign, settings = campaign
     runs.launch(campaign, settings, baseline=True)

@@ -2,8 +2,8 @@
 
 FAKE_MODE: ok (20 iterations, exit 0), hang (5 iterations, then sleeps), hang-heartbeat (5 iterations, then
 torchrun's rendezvous keep-alive warnings every 0.2 s and no progress), killed (5 iterations, then
-SIGKILL to itself), oom (a CUDA out-of-memory error, exit 1), torch (each iteration is a real CPU
-torch step of a small MLP, inside pod_hooks.profiler.maybe_profile when the profiler hook exposed
+SIGKILL to itself), leak (5 iterations, then memory that grows by 1 GB/s), oom (a CUDA out-of-memory
+error, exit 1), torch (each iteration is a real CPU torch step of a small MLP, inside pod_hooks.profiler.maybe_profile when the profiler hook exposed
 it; the lines carry the step's measured time).
 """
 
@@ -50,6 +50,11 @@ for it in range(1, 21):
                   "node 'localhost_26719_0' has failed to send a keep-alive heartbeat to the rendezvous"
                   % (time.strftime("%m%d %H:%M:%S", time.localtime(stamp)), int(stamp % 1 * 1e6)), flush=True)
             time.sleep(0.2)
+    if it == 6 and mode == "leak":  # memory that runs away, 20 MB every 20 ms, until something stops it
+        held = []
+        for _ in range(100000):
+            held.append(bytearray(20 * 2 ** 20))
+            time.sleep(0.02)
     if it == 6 and mode == "killed":
         os.kill(os.getpid(), signal.SIGKILL)
     if it == 3 and mode == "oom":
