@@ -218,13 +218,18 @@ def _iso(epoch):
     return datetime.datetime.fromtimestamp(epoch, datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def test_progress_is_the_age_of_the_log_by_the_log_pods_clock(kube, backend, tmp_path):
-    run_dir = tmp_path / "alice-llama8b-r010"
+def running_job(kube, backend, tmp_path, run):
+    """Submit ``run`` and mark its RayJob running; return (run_dir, job, the log's path in the log pod)."""
+    run_dir = tmp_path / run
     run_dir.mkdir()
-    backend.submit("alice-llama8b-r010", Recipe(TEXT), run_dir)
-    job = kube.rayjobs[("ml-tuning", "alice-llama8b-r010")]
+    backend.submit(run, Recipe(TEXT), run_dir)
+    job = kube.rayjobs[("ml-tuning", run)]
     job["status"] = {"jobStatus": "RUNNING", "jobDeploymentStatus": "Running", "startTime": "2026-11-02T09:00:00Z"}
-    remote = "/mnt/shared/alice-llama8b-r010/log.txt"
+    return run_dir, job, "/mnt/shared/%s/log.txt" % run
+
+
+def test_progress_is_the_age_of_the_log_by_the_log_pods_clock(kube, backend, tmp_path):
+    run_dir, job, remote = running_job(kube, backend, tmp_path, "alice-llama8b-r010")
     assert backend.status(run_dir).seconds_without_progress is None  # no log yet: the run has not written it
     kube.mtimes[("log-reader", remote)] = 1_000_000_000
     kube.clock = 1_000_000_000 + 1234  # the cluster's clock, years away from this host's: no skew counts
@@ -252,12 +257,7 @@ def _heartbeat(epoch, zone_s):
 def test_launcher_chatter_at_the_end_of_the_log_is_not_progress(kube, backend, tmp_path, zone, zone_s, job_zone_s,
                                                                  expected):
     # a stuck job: its last iteration line, then a minute later torchrun's keep-alive warnings every 5 s
-    run_dir = tmp_path / "alice-llama8b-r011"
-    run_dir.mkdir()
-    backend.submit("alice-llama8b-r011", Recipe(TEXT), run_dir)
-    job = kube.rayjobs[("ml-tuning", "alice-llama8b-r011")]
-    job["status"] = {"jobStatus": "RUNNING", "jobDeploymentStatus": "Running", "startTime": "2026-11-02T09:00:00Z"}
-    remote = "/mnt/shared/alice-llama8b-r011/log.txt"
+    run_dir, job, remote = running_job(kube, backend, tmp_path, "alice-llama8b-r011")
     last_own = 1_790_000_000  # the job's last line; the cluster's clock, far from this host's
     beats = b"".join(_heartbeat(last_own + 60 + 5 * i, job_zone_s) for i in range(100))
     kube.files[("log-reader", remote)] = b" [2026-09-21 10:00:00] iteration 5/20 | lm loss: 9.5\n" * 2000 + beats

@@ -35,6 +35,15 @@ def candidate(campaign, mode):
     return sorted(os.listdir(campaign.dir / "runs"))[-1]
 
 
+def running_candidate(campaign, settings, mode):
+    """Launch the baseline, then a candidate in FAKE_MODE ``mode``; return the candidate once it runs."""
+    runs.launch(campaign, settings, baseline=True)
+    run = candidate(campaign, mode)
+    runs.launch(campaign, settings, run=run)
+    wait(campaign, settings, run, ("running",))
+    return run
+
+
 def test_baseline_runs_finishes_and_is_scored(campaign):
     campaign, settings = campaign
     row = runs.launch(campaign, settings, baseline=True)
@@ -51,10 +60,7 @@ def test_baseline_runs_finishes_and_is_scored(campaign):
 
 def test_hang_is_torn_down_and_triaged(campaign):
     campaign, settings = campaign
-    runs.launch(campaign, settings, baseline=True)
-    run = candidate(campaign, "hang")
-    runs.launch(campaign, settings, run=run)
-    wait(campaign, settings, run, ("running",))
+    run = running_candidate(campaign, settings, "hang")
     time.sleep(1.0)
     assert runs.finalize(campaign, settings, run, hang_after_s=300) is None  # not yet hung
     result = runs.finalize(campaign, settings, run, hang_after_s=0.5)
@@ -66,10 +72,7 @@ def test_hang_is_torn_down_and_triaged(campaign):
 
 def test_a_stuck_job_whose_launcher_keeps_printing_is_a_hang(campaign):
     campaign, settings = campaign
-    runs.launch(campaign, settings, baseline=True)
-    run = candidate(campaign, "hang-heartbeat")
-    runs.launch(campaign, settings, run=run)
-    wait(campaign, settings, run, ("running",))
+    run = running_candidate(campaign, settings, "hang-heartbeat")
     deadline = time.time() + 30
     while "keep-alive" not in (campaign.run_dir(run) / "log.txt").read_text() and time.time() < deadline:
         time.sleep(0.1)
@@ -141,10 +144,7 @@ def test_killed_and_oom_runs_fail_with_a_class(campaign):
 
 def test_teardown_of_a_running_run(campaign):
     campaign, settings = campaign
-    runs.launch(campaign, settings, baseline=True)
-    run = candidate(campaign, "hang")
-    runs.launch(campaign, settings, run=run)
-    wait(campaign, settings, run, ("running",))
+    run = running_candidate(campaign, settings, "hang")
     assert cli.main(["teardown", run, "--campaign", str(campaign.dir)]) == 0
     assert runs.poll(campaign, settings, run).state == "torn_down"
 
