@@ -440,6 +440,11 @@ def cmd_topology(args) -> int:
 def cmd_gate(args) -> int:
     from correctness import gate as gate_mod
     from correctness.rules import Rules
+    if args.coverage:
+        if args.run or args.baseline or args.candidate:
+            raise InputError("--coverage reads a checkout's argument definitions; it gates no run. Fix: give "
+                             "--coverage alone, or --run / --baseline and --candidate without it")
+        return _gate_coverage(args, Rules(overrides=args.rules or None))
     steps = _steps(args.steps)
     if args.run:
         if args.baseline or args.candidate:
@@ -476,6 +481,34 @@ def cmd_gate(args) -> int:
     lines += ["warning: %s" % warning for warning in result["warnings"]]
     _emit(args, result, "\n".join(lines))
     return EXIT_OK if result["verdict"] == "pass" else EXIT_CHECK_FAILED
+
+
+def _gate_coverage(args, rules) -> int:
+    """The arguments a Megatron-LM or slime checkout defines that no rule classes (exit 1 when any)."""
+    from correctness import inventory
+    root = Path(args.coverage)
+    if (root / "megatron" / "training" / "arguments.py").is_file():
+        stack = "megatron"
+    elif (root / "slime").is_dir():
+        stack = "slime"
+    else:
+        raise InputError("%s: neither a Megatron-LM checkout (megatron/training/arguments.py) nor a slime checkout "
+                         "(slime/). Fix: give the folder that holds megatron/ or slime/" % root)
+    try:
+        names = inventory.read_arguments(stack, root)
+    except inventory.InventoryError as exc:
+        raise InputError(str(exc))
+    missing = inventory.unclassed(rules, names)
+    result = {"checkout": str(root), "stack": stack, "arguments": len(names), "unclassed": missing,
+              "rules": rules.path, "overrides": rules.overrides_path}
+    lines = ["%s checkout %s: %d arguments, %d without a class in the gate's rules%s" % (
+        stack, root, len(names), len(missing), " (they count as numeric)" if missing else "")]
+    lines += ["unclassed: %s" % name for name in missing]
+    if missing:
+        lines.append("fix: class each for a campaign in an overrides file (ATTUNE_GATE_RULES; "
+                     "correctness/rules/README.md), with its reason, source and justification")
+    _emit(args, result, "\n".join(lines))
+    return EXIT_CHECK_FAILED if missing else EXIT_OK
 
 
 @verb("profile", "analyze torch.profiler traces: step time, GPU time breakdown, exposed communication, bubbles, "
@@ -721,6 +754,9 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("--steps", metavar="FIRST:LAST", help="the steps compared (1:20)")
             p.add_argument("--rules", metavar="FILE",
                            help="your overrides of the argument classes (default: the ATTUNE_GATE_RULES setting)")
+            p.add_argument("--coverage", metavar="DIR",
+                           help="a Megatron-LM or slime checkout: list the arguments it defines that the rules do not "
+                                "class (exit 1 when any); reading Megatron-LM's needs the packages it imports (torch)")
         elif name == "profile":
             p.add_argument("traces", nargs="*", metavar="TRACE", help="trace files (.json or .json.gz), or folders of them")
             p.add_argument("--run", help="a run of the campaign launched through the profiler hook (--profile-of): "

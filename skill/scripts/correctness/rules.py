@@ -87,6 +87,15 @@ UNLISTED = Rule(name="", kind="", cls="numeric", reason="not in the rules: an un
                 source="PROTOCOL.md §2", origin="default")
 
 
+def unlisted_reason(kind: str, name: str) -> str:
+    """Why an unlisted name is numeric, and how to class it for one campaign."""
+    what = "argument" if kind == "arg" else "environment variable"
+    return ("%s %s is not in the gate's rules, so it counts as numeric. Fix: if it keeps the math, class it for this "
+            "campaign in an overrides file named by ATTUNE_GATE_RULES (or attune gate --rules FILE): an entry "
+            "`- {name: %s, kind: %s, class: placement, exact: false, stacks: [megatron], reason: ..., source: ..., "
+            "justification: ...}` (correctness/rules/README.md)" % (what, name, name, kind))
+
+
 def _value(value) -> str:
     """A value as the rules compare it: the text a command line carries."""
     if value is True:
@@ -198,7 +207,7 @@ class Rules(object):
         """``(class, exact, rule, why)`` for one change; ``why`` explains a class other than the rule's own."""
         rule = self.get(kind, name)
         if rule is None:
-            return "numeric", False, dataclasses.replace(UNLISTED, name=name, kind=kind), None
+            return "numeric", False, dataclasses.replace(UNLISTED, name=name, kind=kind, reason=unlisted_reason(kind, name)), None
         cls, why = rule.cls, None
         old, new = rule.effective(old), rule.effective(new)
         if cls == "swap":

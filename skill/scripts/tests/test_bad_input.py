@@ -185,6 +185,23 @@ def _file(key):
 
 
 TRACE = lambda path, tmp, files: ["profile", path]  # noqa: E731
+# a Megatron-LM checkout reduced to the function `attune gate --coverage` calls (SYNTHETIC)
+MEGATRON_ARGUMENTS = (b"def add_megatron_arguments(parser):\n"
+                      b"    group = parser.add_argument_group(title='distributed')\n"
+                      b"    group.add_argument('--tensor-model-parallel-size', type=int, default=1)\n"
+                      b"    group.add_argument('--overlap-grad-reduce', action='store_true')\n"
+                      b"    return parser\n")
+
+
+def _megatron_checkout(tmp, data, files):
+    training = tmp / "checkout" / "megatron" / "training"
+    training.mkdir(parents=True)
+    (training.parent / "__init__.py").write_bytes(b"")
+    (training / "__init__.py").write_bytes(b"")
+    (training / "arguments.py").write_bytes(data)
+    return ["gate", "--coverage", tmp / "checkout"], training / "arguments.py"
+
+
 CASES = [
     Case("metrics-log", "metrics", "log", lambda f: LOG, lambda f: RECIPE,
          _at("log.txt", lambda path, tmp, files: ["metrics", path]),
@@ -227,6 +244,7 @@ CASES = [
          _at("rules.yaml", lambda path, tmp, files: _gate_argv({
              each: shutil.copytree(GATE / each, tmp / each) for each in ("baseline", "candidate", "repeat")})
              + ["--rules", path])),
+    Case("gate-coverage", "gate", "coverage", lambda f: MEGATRON_ARGUMENTS, lambda f: LOG, _megatron_checkout),
     Case("rows-build-input-jsonl", "rows", "input", _file("records_jsonl"), lambda f: REPORT_MD.encode(),
          _at("records.jsonl", lambda path, tmp, files: ["rows", "build", "--input", path, "--tokenizer",
                                                          files["tokenizer"], "--seq-length", 128, "--out",
