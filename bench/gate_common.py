@@ -297,7 +297,7 @@ def verdicts(outcome: dict) -> dict:
     res = outcome.get("result")
     if not isinstance(res, dict):
         return {"ours": "error", "bridge_only": "error", "config": None, "convergence": None, "bridge": None,
-                "calibrated": None, "checks": None}
+                "calibrated": None, "checks": None, "layout_change": None, "same_init_measured": None}
     config = (res.get("config") or {}).get("passed")
     conv = res.get("convergence") or {}
     bridge = (conv.get("bridge") or {}).get("passed")
@@ -306,9 +306,13 @@ def verdicts(outcome: dict) -> dict:
         bridge_only = "error"
     checks = res.get("checks") or {}
     checks_ok = all((c or {}).get("passed", True) for c in checks.values()) if isinstance(checks, dict) else None
+    changes = (res.get("config") or {}).get("changes") or []
     return {"ours": res.get("verdict", "error"), "bridge_only": bridge_only, "config": config,
             "convergence": conv.get("passed"), "bridge": bridge,
-            "calibrated": (conv.get("calibrated") or {}).get("passed"), "checks": checks_ok}
+            "calibrated": (conv.get("calibrated") or {}).get("passed"), "checks": checks_ok,
+            "layout_change": any((change.get("rule") or {}).get("init") for change in changes),
+            "same_init_measured": ((conv.get("calibrated") or {}).get("same_init_basis") or "").startswith(
+                "the first iteration")}
 
 
 def evaluate(rows: list, python: str = sys.executable, jobs: int = 0) -> list:

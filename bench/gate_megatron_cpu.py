@@ -40,6 +40,17 @@ NUMERIC = {
     "bf16": ([_set("--bf16")], "bf16 instead of fp32"),
 }
 
+# A layout the lever benchmark does not time: pipeline parallel 2 (each rank builds two of the four layers, and
+# Megatron seeds each pipeline rank's random stream apart, so the initial weights are drawn anew).
+LAYOUTS = {
+    "tp-2": lever_bench.VARIANTS["tp-2"],
+    "pp-2": ([_set("--pipeline-model-parallel-size", "2")], "pipeline parallel 2 (DP 1) instead of DP 2"),
+}
+# Each numeric change behind a layout change: what a faulty candidate that also moves the layout looks like. The
+# gate's configuration check fails them by class; the loss check alone must catch them too.
+FAULTY_LAYOUT = {"%s+%s" % (layout, name): (LAYOUTS[layout][0] + changes, "%s, with %s" % (LAYOUTS[layout][1], what))
+                 for layout in LAYOUTS for name, (changes, what) in NUMERIC.items()}
+
 
 def ensure(runs: Path, name: str, recipe: Recipe) -> Path:
     """``runs/name`` with its recipe.yaml and log.txt: reused when its log is there, else run now. For ``NAME-0``
@@ -70,6 +81,11 @@ def summary(result: dict) -> dict:
         if stat:
             out[name] = {key: stat.get(key) for key in ("value", "threshold", "threshold_basis", "rerun", "passed")}
     out["deterministic_reruns"] = cal.get("deterministic")
+    out["calibrated_passed"] = cal.get("passed")
+    out["same_init_basis"] = cal.get("same_init_basis")
+    if cal.get("drift"):
+        out["drift"] = {key: cal["drift"].get(key) for key in ("value", "threshold", "threshold_basis", "rerun",
+                                                                 "passed")}
     return out
 
 
@@ -85,7 +101,9 @@ def main(argv=None) -> int:
     baseline = ensure(runs, "baseline-0", base)
     repeat = ensure(runs, "baseline-1", base)
     pairs = [(name, "placement", lever_bench.VARIANTS[name][0], lever_bench.VARIANTS[name][1]) for name in PLACEMENT]
+    pairs += [("pp-2", "placement", LAYOUTS["pp-2"][0], LAYOUTS["pp-2"][1])]
     pairs += [(name, "numeric", changes, what) for name, (changes, what) in NUMERIC.items()]
+    pairs += [(name, "numeric", changes, what) for name, (changes, what) in FAULTY_LAYOUT.items()]
     table = []
     for name, kind, changes, what in pairs:
         candidate = ensure(runs, "%s-0" % name, base.apply(changes))
@@ -105,6 +123,12 @@ def main(argv=None) -> int:
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps({"megatron": str(megatron), "pairs": table}, indent=1) + "\n")
     print(render(table))
+    layout = [row for row in table if row["name"] in FAULTY_LAYOUT and row.get("calibrated_passed") is not None]
+    print("numeric changes behind a layout change caught by the loss check alone: %d/%d" % (
+        sum(row["calibrated_passed"] is False for row in layout), len(layout)))
+    placement = [row for row in table if row["kind"] == "placement" and row.get("calibrated_passed") is not None]
+    print("placement changes the loss check rejects: %d/%d" % (
+        sum(row["calibrated_passed"] is False for row in placement), len(placement)))
     return 0 if all(row["right"] is not False for row in table) else 1
 
 
@@ -122,12 +146,14 @@ def _stat(row, name):
 
 
 def render(table) -> str:
-    out = ["| pair | kind | change | verdict | expected | level (value / threshold) | progress (value / threshold) | "
-           "reasons |", "|---|---|---|---|---|---:|---:|---|"]
+    out = ["| pair | kind | change | verdict | expected | loss check | level (value / threshold) | "
+           "progress (value / threshold) | drift (value / threshold) | reasons |",
+           "|---|---|---|---|---|---|---:|---:|---:|---|"]
     for row in table:
-        out.append("| %s | %s | %s | %s | %s | %s | %s | %s |" % (
-            row["name"], row["kind"], row["what"], row["verdict"], row["expected"], _stat(row, "level"),
-            _stat(row, "progress"), "; ".join(row["reasons"])[:300].replace("|", "\\|")))
+        loss = {True: "pass", False: "fail"}.get(row.get("calibrated_passed"), "n/a")
+        out.append("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
+            row["name"], row["kind"], row["what"], row["verdict"], row["expected"], loss, _stat(row, "level"),
+            _stat(row, "progress"), _stat(row, "drift"), "; ".join(row["reasons"])[:300].replace("|", "\\|")))
     return "\n".join(out)
 
 

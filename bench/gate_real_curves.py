@@ -329,9 +329,20 @@ def main(argv=None) -> int:
             sum(r["calibrated"] is False for r in faulty), len(faulty)))
         print("faulty pairs the convergence check flags while the config check passes:     %d/%d" % (
             sum(r["convergence"] is False and r["config"] is True for r in faulty), len(faulty)))
+        layout = [r for r in faulty if r["layout_change"]]
+        print("faulty pairs with a layout change (a change whose class re-draws the weights) flagged by the "
+              "convergence check alone: %d/%d" % (sum(r["convergence"] is False for r in layout), len(layout)))
+        print("  of which the first iteration's loss showed the same initial weights:         %d" % sum(
+            bool(r.get("same_init_measured")) for r in layout))
+        print("faulty pairs without one flagged by the convergence check alone:            %d/%d" % (
+            sum(r["convergence"] is False for r in faulty if not r["layout_change"]),
+            sum(1 for r in faulty if not r["layout_change"])))
         legit = [r for r in rows if r["label"] == "legitimate"]
         for part in ("config", "checks", "bridge", "calibrated"):
             print("legitimate pairs failing %-10s: %d/%d" % (part, sum(r[part] is False for r in legit), len(legit)))
+        print("legitimate pairs the whole gate rejects: %d/%d; faulty pairs it catches: %d/%d" % (
+            sum(r["ours"] != "pass" for r in legit), len(legit), sum(r["ours"] == "fail" for r in faulty),
+            len(faulty)))
         gc.write_json(out / "evaluation.json", {"totals": tot, "rows": [
             {k: v for k, v in r.items() if k != "dir"} for r in rows]})
     return 0

@@ -218,6 +218,8 @@ def _summary(result: dict) -> dict:
             "calibrated": calibrated.get("passed"),
             "level": (calibrated.get("level") or {}).get("value"),
             "progress": (calibrated.get("progress") or {}).get("value"),
+            "drift": (calibrated.get("drift") or {}).get("value"),
+            "same_init": calibrated.get("same_init"),
             "deterministic": calibrated.get("deterministic"), "exact_required": calibrated.get("exact_required"),
             "checks": {name: check["passed"] for name, check in result["checks"].items()},
             "changes": [{"name": c["name"], "class": c["class"]} for c in result["config"]["changes"]],

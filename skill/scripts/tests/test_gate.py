@@ -49,7 +49,7 @@ def test_a_scheduling_only_change_must_reproduce_the_loss_exactly_when_reruns_ar
 
 
 def test_a_same_math_kernel_change_may_differ_within_the_floor(tmp_path):
-    wobbled = [v * (1 + 0.002 * ((i % 3) - 1)) for i, v in enumerate(BASE)]
+    wobbled = [v * (1 + 0.0006 * ((i % 3) - 1)) for i, v in enumerate(BASE)]
     result = gate(tmp_path, wobbled, [arg("--tensor-model-parallel-size", "4")])
     assert result["config"]["changes"][0]["class"] == "placement"
     assert result["verdict"] == "pass", result["reasons"]
@@ -248,6 +248,38 @@ def test_when_both_runs_start_from_the_same_weights_a_small_drift_is_caught(tmp_
     assert bug["config"]["same_init"] is True
     assert bug["verdict"] == "fail" and not bug["convergence"]["calibrated"]["progress"]["passed"]
     assert bug["convergence"]["bridge"]["passed"]
-    layout = run_gate(baseline, write_run(tmp_path / "tp", drift, [arg("--tensor-model-parallel-size", "4")]), [rep])
+    offset = [v * 1.004 for v in drift]  # re-drawn weights start 0.4% off
+    layout = run_gate(baseline, write_run(tmp_path / "tp", offset, [arg("--tensor-model-parallel-size", "4")]), [rep])
     assert layout["config"]["same_init"] is False
+    assert layout["convergence"]["calibrated"]["same_init"] is False
     assert layout["verdict"] == "pass", "a layout change re-draws the weights; its floors are wider"
+
+
+def test_a_layout_change_that_kept_the_weights_is_judged_by_the_same_weights_floors(tmp_path):
+    """A tensor-parallel change re-draws the weights by its class, but a first iteration whose loss is the
+    baseline's shows they are the same (the initial weights' loss on the same first batch): the fault
+    behind it (8% of the learning progress lost) is then caught."""
+    flat = curve(start=10.9, end=10.75, wobble=0.003)
+    drift = [b + 0.08 * (flat[0] - b) for b in flat]
+    baseline = write_run(tmp_path / "base", flat)
+    rep = write_run(tmp_path / "rep", flat)
+    result = run_gate(baseline, write_run(tmp_path / "tp", drift, [arg("--tensor-model-parallel-size", "4")]), [rep])
+    calibrated = result["convergence"]["calibrated"]
+    assert result["config"]["same_init"] is False and calibrated["same_init"] is True
+    assert "first iteration" in calibrated["same_init_basis"]
+    assert result["verdict"] == "fail" and not calibrated["progress"]["passed"]
+    exact = run_gate(baseline, write_run(tmp_path / "same", [v * (1 + 1e-7) for v in flat],
+                                         [arg("--tensor-model-parallel-size", "4")]), [rep])
+    assert exact["verdict"] == "pass", exact["reasons"]
+
+
+def test_a_fault_behind_a_layout_change_that_slows_learning_is_caught_by_the_drift(tmp_path):
+    """Re-drawn weights move the curve by an offset that stays; a fault that changes how fast the loss falls
+    (here a quarter of the progress lost) grows step by step, which the drift sees though the level stays
+    within its floor."""
+    slow = [(b + 0.25 * (BASE[0] - b)) * 1.003 for b in BASE]
+    result = gate(tmp_path, [v for v in slow], [arg("--tensor-model-parallel-size", "4")])
+    calibrated = result["convergence"]["calibrated"]
+    assert calibrated["same_init"] is False
+    assert result["verdict"] == "fail"
+    assert not calibrated["drift"]["passed"]

@@ -39,7 +39,7 @@ def _with(index, value):
 
 # name: (candidate losses, candidate changes, extra keyword arguments for write_run)
 CASES = {
-    "pass_tensor_parallel": ([v * (1 + 0.002 * ((i % 3) - 1)) for i, v in enumerate(BASE)],
+    "pass_tensor_parallel": ([v * (1 + 0.0006 * ((i % 3) - 1)) for i, v in enumerate(BASE)],
                              [arg("--tensor-model-parallel-size", "4")], {}),
     "fail_learning_rate": (BASE, [arg("--lr", "6.0e-4")], {}),
     "fail_nan_loss": (_with(8, "nan"), [], {"nan": {9: 1}}),
