@@ -42,22 +42,49 @@ _SLIME = re.compile(r"(?:\((?P<actor>\w+) pid=(?P<pid>\d+)(?:, ip=(?P<ip>[\d.]+)
 _SLIME_START = re.compile(r"\b(step|perf|rollout) \d+: \{")
 _NON_FINITE_WORD = re.compile(r"(?<![\w'\"])(-?)(nan|inf)(?![\w'\"])")
 
-# kind, words one of which the line must contain (a cheap test first: most lines are noise), pattern
+# kind, words one of which the line must contain (a cheap test first: most lines are noise), pattern.
+# The first kind that matches a line is its kind, so the order matters: Ray's host-memory
+# ``ray.exceptions.OutOfMemoryError`` before the GPU ``OutOfMemoryError``, memory before exceptions.
+# ``oom`` is GPU memory; ``ray_oom``, ``oomkilled``, ``host_oom`` (and ``killed`` with a SIGKILL exit) host memory.
+_PREFIX = r"^(?:\s*(?:\d+:|\[[^\]]*\]:?|\([^)]*\)|traceback:|E ))*\s*"  # grep -n, [rank3]:, (Actor pid=1)
 _FAILURES = (
     ("nccl_timeout", ("imeout", "timed out", "time out", "Timed out"),
      re.compile(r"Watchdog caught collective operation timeout|NCCL (?:communicator|operation) "
                 r"timed? ?out|ProcessGroupNCCL.*[Tt]imeout|"
                 r"gloo\S*\] Timed out waiting \d+ms for (?:recv|send) operation")),  # gloo (CPU) collectives
-    ("ray_oom", ("memory pressure",), re.compile(r"killed due to memory pressure \(OOM\)")),
+    # Ray's memory monitor: the raylet's summary, the exception and its "Memory on the node" detail
+    ("ray_oom", ("memory pressure", "running low on memory", "memory usage threshold", "ray.exceptions.OutOfMemoryError"),
+     re.compile(r"killed due to memory pressure \(OOM\)|Task was killed due to the node running low on memory|"
+                r"ray\.exceptions\.OutOfMemoryError|Memory on the node .* exceeds the memory usage threshold")),
     ("oomkilled", ("OOMKilled",), re.compile(r"\bOOMKilled\b")),
-    ("oom", ("out of memory", "OutOfMemoryError", "return OOM", "can't allocate memory", "MemoryError"),
-     re.compile(r"CUDA out of memory|OutOfMemoryError|CUDA error: out of memory|"
-                r"TorchMemorySaver::malloc return OOM|"
-                r"DefaultCPUAllocator: can't allocate memory|^\s*(?:\[rank\d+\]:\s*)?MemoryError\b|"  # host RAM
+    ("host_oom", ("can't allocate memory", "not enough memory", "MemoryError", "Out of memory: Kill", "oom-kill",
+                  "attune-local: out of memory"),
+     re.compile(r"DefaultCPUAllocator: (?:can't allocate memory|not enough memory)|"  # torch's CPU allocator
+                r"^\s*(?:\[rank\d+\]:\s*)?MemoryError\b|"  # Python's own
+                r"Out of memory: Kill(?:ed)? process|\boom-kill:|invoked oom-killer|"  # the Linux OOM killer (dmesg)
+                r"Detected \d+ oom[-_]kill event|"  # slurm's report of the cgroup OOM killer
                 r"^attune-local: out of memory")),  # the local backend's memory limit
+    # GPU memory, as each layer reports it: torch, its C++ core, NCCL, cuBLAS, cuDNN, Transformer Engine, ROCm
+    ("oom", ("out of memory", "OutOfMemoryError", "return OOM", "CUDA calloc", "ALLOC_FAILED", "NOT_ENOUGH_WORKSPACE",
+             "cudaErrorMemoryAllocation", "hipErrorOutOfMemory"),
+     re.compile(r"CUDA out of memory|OutOfMemoryError|CUDA error: out of memory|HIP out of memory|"
+                r"Cuda failure (?:\d+ )?'out of memory'|Failed to CUDA calloc|"  # NCCL's WARN lines
+                r"CUBLAS_STATUS_ALLOC_FAILED|CUDNN_STATUS_ALLOC_FAILED|CUDNN_STATUS_NOT_ENOUGH_WORKSPACE|"
+                r"cudaErrorMemoryAllocation|hipErrorOutOfMemory|TorchMemorySaver::malloc return OOM")),
+    ("killed", ("Killed",), re.compile(r"^\s*(?:\S+: line \d+: +\d+ +)?Killed(?:\s|$)")),  # the shell's report of a SIGKILL
     ("assertion", ("AssertionError",), re.compile(r"\bAssertionError\b")),
     ("argparse", ("error: unrecognized arguments", "error: argument "),
      re.compile(r": error: (?:unrecognized arguments: |argument \S+: )")),
+    # the last line of a Python traceback, an exception of any type
+    ("exception", ("Error", "Exception"),
+     re.compile(_PREFIX + r"(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception)(?:\([\w.]+\))?(?::|\s*$)")),
+    # a traceback frame in Megatron's (or slime's) argument and config validation, or the source line of a
+    # divisibility assert: what the exception after it means
+    ("validation", ('", line ', "assert "),
+     re.compile(r'(?:^|[/"\s])(?:arguments|argument_utils|transformer_config|model_parallel_config|'
+                r'num_microbatches_calculator)\.py", line \d+, in \w+|'
+                r'\.py", line \d+, in (?:validate_args|__post_init__|initialize_model_parallel|_?validate\w*)\b|'
+                r"^\W*(?:\[[^\]]*\]:\s*)?assert .*(?:%.*==\s*0|divisible|multiple of)")),
 )
 # Lines of the in-pod hook wrapper (pod_hooks/wrap.py): they report on hooks, never on the run.
 POD_HOOKS_PREFIX = "attune-pod-hooks:"
