@@ -293,6 +293,8 @@ def cmd_metrics(args) -> int:
     lines += ["warning: %s" % warning for warning in parsed["warnings"]]
     lines.append("triage: %s" % ("%s (%s): %s" % (found.cls, "line %d" % found.line_no if found.line_no else
                                                    found.source, found.evidence[:200]) if found else "no failure"))
+    if found is not None and found.memory:
+        lines.append("memory: %s" % found.memory)
     _emit(args, parsed, "\n".join(lines))
     return EXIT_OK
 
@@ -403,8 +405,9 @@ def cmd_finalize(args) -> int:
     if row is None:
         raise CheckFailed("run %s is still running: poll it, and finalize when it has ended" % args.run)
     failure = row.get("failure") or {}
-    _emit(args, {"result": row}, "run: %s\nstatus: %s%s" % (row["run"], row["status"], "\nfailure: %s: %s" % (
-        failure.get("class"), failure.get("evidence", "")[:200]) if failure else ""))
+    _emit(args, {"result": row}, "run: %s\nstatus: %s%s" % (row["run"], row["status"], "\nfailure: %s%s: %s" % (
+        failure.get("class"), " (%s memory)" % failure["memory"] if failure.get("memory") else "",
+        failure.get("evidence", "")[:200]) if failure else ""))
     return EXIT_OK
 
 

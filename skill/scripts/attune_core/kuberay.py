@@ -3,7 +3,8 @@
 Only the campaign's context and namespace are used. Every RayJob is named after its run and
 labelled with the campaign's run prefix and the run id; ``shutdownAfterJobFinishes``, a TTL and
 ``activeDeadlineSeconds`` (a hang guard) are set when the recipe leaves them out. Status reads
-both ``jobStatus`` and ``jobDeploymentStatus`` (``Complete`` also covers a FAILED or STOPPED job).
+both ``jobStatus`` and ``jobDeploymentStatus`` (``Complete`` also covers a FAILED or STOPPED job), and
+for a failed job its ``message`` (the tail of the driver's log, as Ray reports it), which triage reads.
 Teardown deletes with foreground propagation and confirms the RayJob's pods are gone.
 
 Logs are read from the shared volume through the log pod (``AUTOTUNE_LOG_POD``, which mounts it
@@ -157,7 +158,9 @@ class KubeRayBackend(object):
         state = rayjob_state(status)
         code = 0 if state == "succeeded" else (1 if state == "failed" else None)
         quiet = self.seconds_since_log_changed(run) if state == "running" else None
-        return Status(state, code, _epoch(status.get("startTime")), _epoch(status.get("endTime")), quiet)
+        message = status.get("message") if state == "failed" else None
+        return Status(state, code, _epoch(status.get("startTime")), _epoch(status.get("endTime")), quiet,
+                      message if isinstance(message, str) else None)
 
     def seconds_since_log_changed(self, run: str) -> Optional[float]:
         """Seconds since the job last printed a line of its own, or None while there is no log. Read in one
