@@ -11,9 +11,11 @@ Formats (facts in the project's reference on Megatron-LM, Megatron-Bridge and sl
 * Megatron-Bridge ``Step Time : 12.78s GPU utilization: 528.1MODEL_TFLOP/s/GPU`` lines.
 * slime ``step N: {...}``, ``perf N: {...}`` and ``rollout N: {...}`` lines (Python repr dicts, bare
   ``nan``/``inf``, Ray ``(Actor pid=...)`` prefixes).
-* Failures: CUDA out of memory (old and new texts, Ray-wrapped), Ray's host-memory killer, a
-  container ``OOMKilled``, NCCL watchdog timeouts, assertion errors, argparse errors
-  (``prog: error: unrecognized arguments: ...``, ``prog: error: argument --x: ...``). Lines of the
+* Failures (``_FAILURES``): GPU memory (torch's CUDA out of memory, old and new texts, Ray-wrapped;
+  NCCL, cuBLAS, cuDNN, TE, ROCm), host memory (Ray's memory monitor, a container ``OOMKilled``, the
+  Linux OOM killer, torch's CPU allocator, a shell's ``Killed``), NCCL watchdog timeouts, assertion
+  errors, argparse errors (``prog: error: unrecognized arguments: ...``), the last line of a traceback
+  of any exception type, and frames of Megatron's argument and config validation. Lines of the
   pod-hook wrapper (``attune-pod-hooks: ...``) are never failures.
 
 The log is read line by line (bounded memory for any size). A value the line does not print is
