@@ -68,8 +68,9 @@ _FAILURES = (
                 r"^attune-local: out of memory")),  # the local backend's memory limit
     # GPU memory, as each layer reports it: torch, its C++ core, NCCL, cuBLAS, cuDNN, Transformer Engine, ROCm
     ("oom", ("out of memory", "OutOfMemoryError", "return OOM", "CUDA calloc", "ALLOC_FAILED", "NOT_ENOUGH_WORKSPACE",
-             "cudaErrorMemoryAllocation", "hipErrorOutOfMemory"),
-     re.compile(r"CUDA out of memory|OutOfMemoryError|CUDA error: out of memory|HIP out of memory|"
+             "cudaErrorMemoryAllocation", "hipErrorOutOfMemory", "resource allocation failed"),
+     re.compile(r"CUDA out of memory|OutOfMemoryError|CUDA (?:driver )?[Ee]rror: out of memory|HIP out of memory|"
+                r"CUBLAS Error: the resource allocation failed|"  # Transformer Engine's NVTE_CHECK_CUDA/CUBLAS
                 r"Cuda failure (?:\d+ )?'out of memory'|Failed to CUDA calloc|"  # NCCL's WARN lines
                 r"CUBLAS_STATUS_ALLOC_FAILED|CUDNN_STATUS_ALLOC_FAILED|CUDNN_STATUS_NOT_ENOUGH_WORKSPACE|"
                 r"cudaErrorMemoryAllocation|hipErrorOutOfMemory|TorchMemorySaver::malloc return OOM")),

@@ -90,7 +90,9 @@ _CONSTRAINT = re.compile(r"(?i)\b(?:must|should|needs? to|requires?|required|onl
                          r"equal to)\b")
 # Exceptions that say the program or its environment is broken, not the configuration, wherever raised.
 _NOT_CONFIG = re.compile(r"\b(?:ImportError|ModuleNotFoundError|AttributeError|NameError|SyntaxError|"
-                         r"IndentationError|FileNotFoundError|PermissionError|OSError|ConnectionError)\b")
+                         r"IndentationError|FileNotFoundError|PermissionError|OSError|ConnectionError|"
+                         r"DistBackendError|DistNetworkError|DistStoreError)\b|NCCL error|CUDA error|"
+                         r"unhandled (?:cuda|system) error")  # NCCL's set-up failing inside initialize_model_parallel
 _VALIDATION_SPAN = 60  # lines: a validation frame explains the first exception within this many lines after it
 _CRASH = re.compile(r"Traceback \(most recent call last\)|\b\w+Error: |Segmentation fault|core dumped|"
                     r"terminate called|ChildFailedError|exitcode\s*:\s*-?[1-9]")

@@ -327,3 +327,21 @@ def test_failure_logs_are_classed_as_their_expected_kind(expected):
         assert found.cls == KIND_CLASS[kinds[0]][0], found
     else:  # an assertion or another exception: a refused configuration, or a crash
         assert found.cls in ("config_error", "crash"), found
+
+
+def test_an_nccl_failure_inside_model_parallel_initialization_is_not_a_config_error():
+    # the frame of nemo11480_parallel_state_runtimeerror.log with the error of pytorch/pytorch#111187's title
+    frame = (LOGS / "C_failures" / "nemo11480_parallel_state_runtimeerror.log").read_text().split("\n")[0]
+    error = ("[rank0]: torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/c10d/"
+             "ProcessGroupNCCL.cpp:1331, unhandled cuda error (run with NCCL_DEBUG=INFO for details)")
+    assert classify_lines([frame, error], exit_code=1).cls == "crash"
+
+
+def test_transformer_engines_allocation_errors_are_gpu_memory():
+    # the texts of TE's NVTE_CHECK_CUDA and NVTE_CHECK_CUBLAS ("CUDA Error: " + cudaGetErrorString, whose text for
+    # cudaErrorMemoryAllocation is "out of memory"; "CUBLAS Error: " + cublasGetStatusString) after a TE location
+    for text in ("CUDA Error: out of memory", "CUBLAS Error: the resource allocation failed"):
+        line = "RuntimeError: /TransformerEngine/transformer_engine/common/gemm/cublaslt_gemm.cu:300 in function " \
+               "cublas_gemm: " + text
+        found = classify_lines(["Traceback (most recent call last):", line], exit_code=1)
+        assert (found.cls, found.memory, found.line_no) == ("oom", "gpu", 2), text
