@@ -208,7 +208,10 @@ class KubeRayBackend(object):
         return code, "".join(out), "".join(err)
 
     def events(self, run: str) -> list:
-        """Warning and normal event messages of the RayJob and its pods, oldest first."""
+        """Warning and normal event messages of the RayJob and its pods, oldest first; then, for each container of
+        the run's pods that the kernel killed for its memory limit, a line in the same form (Kubernetes records
+        that in the pod's status, ``containerStatuses[].state/lastState.terminated.reason: OOMKilled``, not
+        always as an event)."""
         items = self.core.list_namespaced_event(self.namespace).items
         out = []
         for event in items:
@@ -216,6 +219,25 @@ class KubeRayBackend(object):
             if name == run or name.startswith(run + "-"):
                 out.append("%s  %s  %s/%s  %s" % (event.type, event.reason, (event.involved_object.kind or "").lower(),
                                                  name, event.message))
+        return out + self.oom_killed(run)
+
+    def oom_killed(self, run: str) -> list:
+        """``Warning  OOMKilled  pod/NAME  container C terminated: OOMKilled, exit code 137`` for each container of
+        the run's pods whose current or last termination was the kernel's OOM kill."""
+        cluster = self._cluster(run)
+        selectors = ["%s=%s" % (LABEL_RUN, run)] + (["ray.io/cluster=%s" % cluster] if cluster else [])
+        out, seen = [], set()
+        for selector in selectors:
+            for pod in self.core.list_namespaced_pod(self.namespace, label_selector=selector).items:
+                if pod.metadata.name in seen:
+                    continue
+                seen.add(pod.metadata.name)
+                for container in ((pod.status.container_statuses if pod.status else None) or []):
+                    for state in (container.state, container.last_state):
+                        terminated = state.terminated if state is not None else None
+                        if terminated is not None and terminated.reason == "OOMKilled":
+                            out.append("Warning  OOMKilled  pod/%s  container %s terminated: OOMKilled, exit code %s"
+                                       % (pod.metadata.name, container.name, terminated.exit_code))
         return out
 
     def _cluster(self, run: str) -> Optional[str]:

@@ -364,3 +364,21 @@ def test_a_failed_rayjobs_message_is_triaged_when_the_log_says_nothing(kube, clu
     failure = runs.finalize(campaign, settings, run)["failure"]
     assert (failure["class"], failure["memory"], failure["source"]) == ("oom", "host", "backend")
     assert failure["evidence"].startswith("ray.exceptions.OutOfMemoryError: Task was killed")
+
+
+def test_a_container_the_kernel_killed_for_memory_is_host_oom(kube, cluster_campaign):
+    from attune_core import runs
+    campaign, settings = cluster_campaign
+    run = runs.launch(campaign, settings, baseline=True, expected_gpu_hours=3.0)["run"]
+    kube.rayjobs[("ml-tuning", run)]["status"] = {"jobStatus": "FAILED", "jobDeploymentStatus": "Complete",
+                                                  "startTime": "2026-11-02T09:00:00Z", "endTime": "2026-11-02T09:10:00Z"}
+    # the dump of kuberay4287_head_oomkilled.log: lastState.terminated with exitCode 137, reason OOMKilled
+    kube.pods = {run + "-head": {"attune.dev/run": run}, run + "-worker-0": {"attune.dev/run": run}}
+    kube.pod_terminated = {run + "-head": [("ray-head", "OOMKilled", 137)],
+                           run + "-worker-0": [("ray-worker", "Error", 1)]}
+    log = "\n".join(LINE.format(sec=i, it=i, cs=128 * i, ms=3400.0, loss=10 - 0.1 * i) for i in range(1, 4))
+    kube.files[("log-reader", "/mnt/shared/%s/log.txt" % run)] = log.encode() + b"\n"
+    failure = runs.finalize(campaign, settings, run)["failure"]
+    assert (failure["class"], failure["memory"], failure["source"]) == ("oom", "host", "events")
+    assert failure["evidence"] == "Warning  OOMKilled  pod/%s-head  container ray-head terminated: OOMKilled, " \
+                                  "exit code 137" % run
