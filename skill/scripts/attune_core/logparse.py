@@ -55,9 +55,11 @@ _FAILURES = (
                 r"timed? ?out|ProcessGroupNCCL.*[Tt]imeout|"
                 r"gloo\S*\] Timed out waiting \d+ms for (?:recv|send) operation")),  # gloo (CPU) collectives
     # Ray's memory monitor: the raylet's summary, the exception and its "Memory on the node" detail
-    ("ray_oom", ("memory pressure", "running low on memory", "memory usage threshold", "ray.exceptions.OutOfMemoryError"),
+    ("ray_oom", ("memory pressure", "running low on memory", "memory usage threshold", "ray.exceptions.OutOfMemoryError",
+                 "RayOutOfMemoryError", "NODE_OUT_OF_MEMORY"),
      re.compile(r"killed due to memory pressure \(OOM\)|Task was killed due to the node running low on memory|"
-                r"ray\.exceptions\.OutOfMemoryError|Memory on the node .* exceeds the memory usage threshold")),
+                r"ray\.exceptions\.OutOfMemoryError|Memory on the node .* exceeds the memory usage threshold|"
+                r"\bRayOutOfMemoryError\b|Worker exit type: NODE_OUT_OF_MEMORY")),  # older Ray; an actor's death
     ("oomkilled", ("OOMKilled",), re.compile(r"\bOOMKilled\b")),
     ("host_oom", ("can't allocate memory", "not enough memory", "MemoryError", "Out of memory: Kill", "oom-kill",
                   "attune-local: out of memory"),
@@ -68,12 +70,15 @@ _FAILURES = (
                 r"^attune-local: out of memory")),  # the local backend's memory limit
     # GPU memory, as each layer reports it: torch, its C++ core, NCCL, cuBLAS, cuDNN, Transformer Engine, ROCm
     ("oom", ("out of memory", "OutOfMemoryError", "return OOM", "CUDA calloc", "ALLOC_FAILED", "NOT_ENOUGH_WORKSPACE",
-             "cudaErrorMemoryAllocation", "hipErrorOutOfMemory", "resource allocation failed"),
+             "cudaErrorMemoryAllocation", "hipErrorOutOfMemory", "resource allocation failed", "OUT_OF_MEMORY",
+             "Not enough memory"),
      re.compile(r"CUDA out of memory|OutOfMemoryError|CUDA (?:driver )?[Ee]rror: out of memory|HIP out of memory|"
                 r"CUBLAS Error: the resource allocation failed|"  # Transformer Engine's NVTE_CHECK_CUDA/CUBLAS
                 r"Cuda failure (?:\d+ )?'out of memory'|Failed to CUDA calloc|"  # NCCL's WARN lines
                 r"CUBLAS_STATUS_ALLOC_FAILED|CUDNN_STATUS_ALLOC_FAILED|CUDNN_STATUS_NOT_ENOUGH_WORKSPACE|"
-                r"cudaErrorMemoryAllocation|hipErrorOutOfMemory|TorchMemorySaver::malloc return OOM")),
+                r"cudaErrorMemoryAllocation|CUDA_ERROR_OUT_OF_MEMORY|hipErrorOutOfMemory|"
+                r"TorchMemorySaver::malloc return OOM|"
+                r"Not enough memory\. Please try to increase --mem-fraction-static")),  # SGLang's KV cache (slime)
     ("killed", ("Killed",), re.compile(r"^\s*(?:\S+: line \d+: +\d+ +)?Killed(?:\s|$)")),  # the shell's report of a SIGKILL
     ("assertion", ("AssertionError",), re.compile(r"\bAssertionError\b")),
     ("argparse", ("error: unrecognized arguments", "error: argument "),

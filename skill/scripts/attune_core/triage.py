@@ -52,7 +52,8 @@ MEMORY = {
             "or Transformer Engine)",
             "reject the change as infeasible at this shape; note the memory it tried to allocate; try the GPU memory "
             "levers (`selective-recompute`, `activation-offload`, a smaller `--micro-batch-size`, "
-            "`expandable-segments` when reserved is far above allocated) only as candidates of their own"),
+            "`expandable-segments` when reserved is far above allocated; for slime's rollout engine "
+            "`--sglang-mem-fraction-static`) only as candidates of their own"),
     "host": ("host (CPU) memory ran out: Ray's memory monitor killed a worker, the container was OOMKilled, the "
              "Linux OOM killer sent SIGKILL, torch's CPU allocator failed, or the local backend's memory limit was "
              "reached",

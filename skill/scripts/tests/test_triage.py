@@ -256,7 +256,7 @@ def test_the_backends_message_is_read_when_the_log_shows_nothing():
 # The lever catalog, the settings and the recipe fields the advice may name (a backticked span that is a lever id,
 # a flag or env var of one, an ATTUNE_ setting, or a Kubernetes field of the recipe's pod templates).
 RECIPE_FIELDS = {"resources.limits.memory"}
-GPU_ONLY = {"selective-recompute", "full-recompute", "micro-batch-size", "expandable-segments"}
+GPU_ONLY = {"selective-recompute", "full-recompute", "micro-batch-size", "expandable-segments", "sglang-mem-fraction"}
 
 
 def _advice():
@@ -345,3 +345,16 @@ def test_transformer_engines_allocation_errors_are_gpu_memory():
                "cublas_gemm: " + text
         found = classify_lines(["Traceback (most recent call last):", line], exit_code=1)
         assert (found.cls, found.memory, found.line_no) == ("oom", "gpu", 2), text
+
+
+@pytest.mark.parametrize("line, memory", [
+    # SGLang's model runner (slime's rollout engine), raised when the KV cache gets no GPU memory
+    ("RuntimeError: Not enough memory. Please try to increase --mem-fraction-static.", "gpu"),
+    ("RuntimeError: cuMemAlloc failed: CUDA_ERROR_OUT_OF_MEMORY", "gpu"),  # synthetic: the driver API's name
+    # older Ray's memory monitor (ray-project/ray PR #3323), and an actor the monitor killed
+    ("ray.memory_monitor.RayOutOfMemoryError: More than 95% of the memory on node", "host"),
+    ("The actor is dead because its worker process has died. Worker exit type: NODE_OUT_OF_MEMORY", "host"),
+])
+def test_more_ways_to_run_out_of_memory(line, memory):
+    found = classify_lines(["Traceback (most recent call last):", line], exit_code=1)
+    assert (found.cls, found.memory, found.line_no) == ("oom", memory, 2)
