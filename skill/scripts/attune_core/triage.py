@@ -90,6 +90,21 @@ _CONSTRAINT = re.compile(r"(?i)\b(?:must|should|needs? to|requires?|required|onl
                          r"not compatible|incompatible|greater than|less than|at least|at most|not equal|"
                          r"equal to)\b")
 # Exceptions that say the program or its environment is broken, not the configuration, wherever raised.
+# How the rest of Megatron's validation words a rule about flags ("--overlap-param-gather only supported with
+# distributed optimizer", "fp4 and fp8 cannot be used simultaneously", "Must use --overlap-param-gather with
+# --overlap-grad-reduce"): only before the first iteration, where an error is the configuration's or the
+# environment's.
+_RULE = re.compile(r"(?i)only (?:be )?(?:supported|available|valid|works?|applicable|tested|allowed)\b|"
+                   r"(?:is|are) not (?:yet )?(?:supported|allowed|valid|compatible)|does(?: not|n't) (?:yet )?"
+                   r"(?:support|work)|do not (?:use|set|support)|not (?:yet )?supported|cannot be (?:used|enabled|set|"
+                   r"combined|done)|can ?not be used|must (?:be used|use|have|be)\b|should (?:be|not be) (?:set|used|"
+                   r"specified|true|false|enabled|disabled)|\bmust use\b|is required\b|\brequires?\b|"
+                   r"mutually exclusive|incompatible|not compatible|conflicts? with|no longer valid|only one of|"
+                   r"can only (?:be|specify|use)|invalid (?:choices?|value|pattern|configuration)|please (?:use|set)|"
+                   r"disable \S+ when|should be (?:greater|smaller|less|larger|positive|non-negative|between|either|"
+                   r"one of)|\bonly supports?\b|supported only|\bcannot use\b|happen only|only (?:across|for|when|if)\b|"
+                   r"should equal|must also|cannot (?:be both|work with)|no support for|is deprecated|\bunsupported\b|"
+                   r"not tested with|needs? to (?:include|be|use)|\binvalid\b|has to be|no more than one|mismatch")
 _NOT_CONFIG = re.compile(r"\b(?:ImportError|ModuleNotFoundError|AttributeError|NameError|SyntaxError|"
                          r"IndentationError|FileNotFoundError|PermissionError|OSError|ConnectionError|"
                          r"DistBackendError|DistNetworkError|DistStoreError)\b|NCCL error|CUDA error|"
@@ -184,7 +199,7 @@ def _config_error(failures: list, first_step_line: Optional[int]):
         if kind == "assertion" and _CONFIG.search(line):
             return failure, line
         at_start = first_step_line is None or (failure["line_no"] or 0) < first_step_line
-        if kind == "exception" and at_start and (_CONFIG.search(line) or (
+        if at_start and (_CONFIG.search(line) or _RULE.search(line) or (
                 _QUANTITY.search(line) and _CONSTRAINT.search(line))):
             return failure, line
         frame = _after_validation(failures, index)
