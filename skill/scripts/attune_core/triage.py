@@ -89,7 +89,6 @@ _QUANTITY = re.compile(r"(?i)(?:tensor|pipeline|context|expert|data|sequence|vir
 _CONSTRAINT = re.compile(r"(?i)\b(?:must|should|needs? to|requires?|required|only one|cannot|can ?not|not supported|"
                          r"not compatible|incompatible|greater than|less than|at least|at most|not equal|"
                          r"equal to)\b")
-# Exceptions that say the program or its environment is broken, not the configuration, wherever raised.
 # How the rest of Megatron's validation words a rule about flags ("--overlap-param-gather only supported with
 # distributed optimizer", "fp4 and fp8 cannot be used simultaneously", "Must use --overlap-param-gather with
 # --overlap-grad-reduce"): only before the first iteration, where an error is the configuration's or the
@@ -105,10 +104,12 @@ _RULE = re.compile(r"(?i)only (?:be )?(?:supported|available|valid|works?|applic
                    r"one of)|\bonly supports?\b|supported only|\bcannot use\b|happen only|only (?:across|for|when|if)\b|"
                    r"should equal|must also|cannot (?:be both|work with)|no support for|is deprecated|\bunsupported\b|"
                    r"not tested with|needs? to (?:include|be|use)|\binvalid\b|has to be|no more than one|mismatch")
+# Exceptions that say the program, its environment or the network is broken, not the configuration, wherever
+# raised (NCCL's set-up failing inside initialize_model_parallel is one).
 _NOT_CONFIG = re.compile(r"\b(?:ImportError|ModuleNotFoundError|AttributeError|NameError|SyntaxError|"
                          r"IndentationError|FileNotFoundError|PermissionError|OSError|ConnectionError|"
                          r"DistBackendError|DistNetworkError|DistStoreError)\b|NCCL error|CUDA error|"
-                         r"unhandled (?:cuda|system) error")  # NCCL's set-up failing inside initialize_model_parallel
+                         r"unhandled (?:cuda|system) error")
 _VALIDATION_SPAN = 60  # lines: a validation frame explains the first exception within this many lines after it
 _CRASH = re.compile(r"Traceback \(most recent call last\)|\b\w+Error: |Segmentation fault|core dumped|"
                     r"terminate called|ChildFailedError|exitcode\s*:\s*-?[1-9]")
