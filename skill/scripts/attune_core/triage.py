@@ -219,9 +219,8 @@ def classify(parsed: dict, exit_code: Optional[int] = None, events: Iterable[str
     line when no failure record did; ``backend_message`` is what the backend said about the job (a
     RayJob's ``status.message``), read for failures when the log does not show one. Only the log's last
     run counts (a restarted pod: from the first iteration after the last place the iteration number went
-    back), and a run that
-    exited 0 after its last iteration finished, whatever error text it printed (a recovered warning, a
-    config print that mentions memory): only a NaN loss fails it."""
+    back), and a run that exited 0 after its last iteration finished, whatever error text it printed (a
+    recovered warning, a config print that mentions memory): only a NaN loss fails it."""
     steps = parsed.get("steps", [])
     # A run that exited 0 and logged iterations ran: events (a transient FailedScheduling, a retried
     # image pull) only explain a run that did not.
@@ -245,7 +244,9 @@ def classify(parsed: dict, exit_code: Optional[int] = None, events: Iterable[str
         evidence, line_no, source, which = memory
         return _make("oom", evidence, line_no, source, which)
     log_failures = [f for f in failures if f["line_no"] is not None]
-    config = _config_error(log_failures, steps[start]["line_no"] if steps else None)
+    progress = [records[0]["line_no"] for records in (steps[start:], parsed.get("perf", []),
+                                                      parsed.get("bridge_steps", [])) if records]
+    config = _config_error(log_failures, min(progress) if progress else None)
     if config is not None:
         return _make("config_error", config[1], config[0]["line_no"], "log")
     for failure in failures:

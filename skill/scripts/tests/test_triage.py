@@ -358,3 +358,13 @@ def test_transformer_engines_allocation_errors_are_gpu_memory():
 def test_more_ways_to_run_out_of_memory(line, memory):
     found = classify_lines(["Traceback (most recent call last):", line], exit_code=1)
     assert (found.cls, found.memory, found.line_no) == ("oom", memory, 2)
+
+
+def test_a_slime_run_is_past_start_up_at_its_first_step_record():
+    # a real slime step record (tests/data/logs/D_slime/slime1136_step_rayprefix.log), then an error that names
+    # a constraint: mid-training, not a configuration rule
+    step = next(line for line in (LOGS / "D_slime" / "slime1136_step_rayprefix.log").read_text().split("\n")
+                if " - step " in line)
+    error = "(MegatronTrainRayActor pid=32167) RuntimeError: invalid value in the rollout batch"
+    assert classify_lines([step, error], exit_code=1).cls == "crash"
+    assert classify_lines([error], exit_code=1).cls == "config_error"
