@@ -279,7 +279,9 @@ def test_every_class_advice_names_only_catalog_levers_settings_or_recipe_fields(
     from attune_core import levers
     entries = levers.parse(levers.CATALOG.read_text())
     for where, text in _advice():
-        for name in re.findall(r"`([^`]+)`", text):
+        named = set(re.findall(r"`([^`]+)`", text))
+        named |= set(re.findall(r"(?<![\w-])(--[a-z0-9][a-z0-9-]*|ATTUNE_[A-Z0-9_]+)", text))  # backticked or not
+        for name in named:
             assert _resolve(name, entries) is not None, (where, name)
     recipe = (DATA / "recipes" / "megatron_rayjob.yaml").read_text()
     assert "resources:" in recipe and "limits:" in recipe  # the field the host advice names exists in a recipe
