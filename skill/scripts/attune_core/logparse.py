@@ -62,19 +62,20 @@ _FAILURES = (
                 r"\bRayOutOfMemoryError\b|Worker exit type: NODE_OUT_OF_MEMORY")),  # older Ray; an actor's death
     ("oomkilled", ("OOMKilled",), re.compile(r"\bOOMKilled\b")),
     ("host_oom", ("can't allocate memory", "not enough memory", "MemoryError", "Out of memory: Kill", "oom-kill",
-                  "attune-local: out of memory"),
+                  "attune-local: out of memory", "CUDA host alloc"),
      re.compile(r"DefaultCPUAllocator: (?:can't allocate memory|not enough memory)|"  # torch's CPU allocator
                 r"^\s*(?:\[rank\d+\]:\s*)?MemoryError\b|"  # Python's own
                 r"Out of memory: Kill(?:ed)? process|\boom-kill:|invoked oom-killer|"  # the Linux OOM killer (dmesg)
                 r"Detected \d+ oom[-_]kill event|"  # slurm's report of the cgroup OOM killer
+                r"Failed to CUDA host alloc|"  # NCCL's pinned host buffers
                 r"^attune-local: out of memory")),  # the local backend's memory limit
     # GPU memory, as each layer reports it: torch, its C++ core, NCCL, cuBLAS, cuDNN, Transformer Engine, ROCm
-    ("oom", ("out of memory", "OutOfMemoryError", "return OOM", "CUDA calloc", "ALLOC_FAILED", "NOT_ENOUGH_WORKSPACE",
+    ("oom", ("out of memory", "OutOfMemoryError", "return OOM", "CUDA calloc", "CUDA malloc", "ALLOC_FAILED", "NOT_ENOUGH_WORKSPACE",
              "cudaErrorMemoryAllocation", "hipErrorOutOfMemory", "resource allocation failed", "OUT_OF_MEMORY",
              "Not enough memory"),
      re.compile(r"CUDA out of memory|OutOfMemoryError|CUDA (?:driver )?[Ee]rror: out of memory|HIP out of memory|"
                 r"CUBLAS Error: the resource allocation failed|"  # Transformer Engine's NVTE_CHECK_CUDA/CUBLAS
-                r"Cuda failure (?:\d+ )?'out of memory'|Failed to CUDA calloc|"  # NCCL's WARN lines
+                r"Cuda failure (?:\d+ )?'out of memory'|Failed to CUDA (?:calloc|malloc)|"  # NCCL's WARN lines
                 r"CUBLAS_STATUS_ALLOC_FAILED|CUDNN_STATUS_ALLOC_FAILED|CUDNN_STATUS_NOT_ENOUGH_WORKSPACE|"
                 r"cudaErrorMemoryAllocation|CUDA_ERROR_OUT_OF_MEMORY|hipErrorOutOfMemory|"
                 r"TorchMemorySaver::malloc return OOM|"

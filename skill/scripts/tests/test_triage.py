@@ -355,6 +355,9 @@ def test_transformer_engines_allocation_errors_are_gpu_memory():
     ("RuntimeError: cuMemAlloc failed: CUDA_ERROR_OUT_OF_MEMORY", "gpu"),  # synthetic: the driver API's name
     # older Ray's memory monitor (ray-project/ray PR #3323), and an actor the monitor killed
     ("ray.memory_monitor.RayOutOfMemoryError: More than 95% of the memory on node", "host"),
+    # NCCL's include/alloc.h warnings (WARN("Failed to CUDA host alloc %ld bytes", ...)): pinned host memory
+    ("n1:1:2 [0] include/alloc.h:99 NCCL WARN Failed to CUDA host alloc 4194304 bytes", "host"),
+    ("n1:1:2 [0] include/alloc.h:185 NCCL WARN Failed to CUDA malloc 6291456 bytes", "gpu"),
     ("The actor is dead because its worker process has died. Worker exit type: NODE_OUT_OF_MEMORY", "host"),
 ])
 def test_more_ways_to_run_out_of_memory(line, memory):
