@@ -89,11 +89,12 @@ _FAILURES = (
      re.compile(_PREFIX + r"(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception)(?:\([\w.]+\))?(?::|\s*$)")),
     # a traceback frame in Megatron's (or slime's) argument and config validation, or the source line of a
     # divisibility assert: what the exception after it means
-    ("validation", ('", line ', "assert "),
+    ("validation", ('", line ', "assert ", " == 0"),
      re.compile(r'(?:^|[/"\s])(?:arguments|argument_utils|transformer_config|model_parallel_config|'
                 r'num_microbatches_calculator)\.py", line \d+, in \w+|'
-                r'\.py", line \d+, in (?:validate_args|__post_init__|initialize_model_parallel|_?validate\w*)\b|'
-                r"^\W*(?:\[[^\]]*\]:\s*)?assert .*(?:%.*==\s*0|divisible|multiple of)")),
+                r'\.py", line \d+, in (?:validate_args|__post_init__|initialize_model_parallel|_?validate\w*)\b|' +
+                _PREFIX + r"(?:assert .*(?:%.*==\s*0|divisible|multiple of)|"
+                r"\(?[\w.\[\]]+ % [\w.\[\]()]+ == 0\)?\s*(?:,|\\|and|or)?\s*$)")),  # a multi-line assert's condition
 )
 # Lines of the in-pod hook wrapper (pod_hooks/wrap.py): they report on hooks, never on the run.
 POD_HOOKS_PREFIX = "attune-pod-hooks:"

@@ -88,7 +88,7 @@ _QUANTITY = re.compile(r"(?i)(?:tensor|pipeline|context|expert|data|sequence|vir
                        r"seq(?:uence)?[ _-]?length|hidden[ _-]?size|num[ _-]?(?:moe[ _-]?)?experts")
 _CONSTRAINT = re.compile(r"(?i)\b(?:must|should|needs? to|requires?|required|only one|cannot|can ?not|not supported|"
                          r"not compatible|incompatible|greater than|less than|at least|at most|not equal|"
-                         r"equal to)\b")
+                         r"equal to)\b|!=|==|>=|<=")
 # How the rest of Megatron's validation words a rule about flags ("--overlap-param-gather only supported with
 # distributed optimizer", "fp4 and fp8 cannot be used simultaneously", "Must use --overlap-param-gather with
 # --overlap-grad-reduce"): only before the first iteration, where an error is the configuration's or the
@@ -206,7 +206,7 @@ def _config_error(failures: list, first_step_line: Optional[int]):
         frame = _after_validation(failures, index)
         if frame is not None:  # a bare ``AssertionError`` says nothing: its assert's source line does
             said = re.search(r"(?:Error|Exception)(?:\([\w.]+\))?: \S", line)
-            return (failure, line) if said or "assert " not in frame["line"] else (frame, frame["line"])
+            return (failure, line) if said or '", line ' in frame["line"] else (frame, frame["line"])
     return None
 
 

@@ -373,3 +373,15 @@ def test_a_slime_run_is_past_start_up_at_its_first_step_record():
     error = "(MegatronTrainRayActor pid=32167) RuntimeError: invalid value in the rollout batch"
     assert classify_lines([step, error], exit_code=1).cls == "crash"
     assert classify_lines([error], exit_code=1).cls == "config_error"
+
+
+def test_a_bare_assertion_after_a_multi_line_asserts_condition_is_a_config_error():
+    # bionemo784_num_layers_should_be_divisible.log with the assert's message taken away: the condition line says it
+    lines = (LOGS / "C_failures" / "bionemo784_num_layers_should_be_divisible.log").read_text().split("\n")[:2]
+    found = classify_lines(lines + ["15: [rank15]: AssertionError"], exit_code=1)
+    assert (found.cls, found.line_no, found.evidence) == ("config_error", 2, lines[1].strip())
+
+
+def test_a_start_up_formula_on_parallel_sizes_is_a_config_error():
+    line = "AssertionError: num_layers_per_virtual_pipeline_stage (3) * pipeline_model_parallel_size (4) != num_layers (10)"
+    assert classify_lines([line], exit_code=1).cls == "config_error"
