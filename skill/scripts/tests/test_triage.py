@@ -310,9 +310,9 @@ KIND_CLASS = {"oom": ("oom", "gpu"), "ray_oom": ("oom", "host"), "oomkilled": ("
 
 def _failure_logs():
     found = []
-    for root in (LOGS, CORPUS / "logs"):
+    for where, root in (("project", LOGS), ("corpus", CORPUS / "logs")):
         for expected in sorted((root / "C_failures").glob("*.expected.json")):
-            found.append(pytest.param(expected, id="%s:%s" % (root.parent.name, expected.name.split(".")[0])))
+            found.append(pytest.param(expected, id="%s:%s" % (where, expected.name.split(".")[0])))
     return found
 
 
