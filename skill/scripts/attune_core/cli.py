@@ -279,7 +279,10 @@ def cmd_metrics(args) -> int:
     if refused:
         raise InputError("%s: %s, so not a training log. Fix: give a run's log (Megatron-LM, Megatron-Bridge or "
                          "slime output)" % (path, refused))
-    found = triage.classify(parsed, exit_code=args.exit_code)
+    from .finalize import CRASH_SCAN_BYTES
+    log_lines = (path.read_bytes().decode("utf-8", errors="replace").split("\n")
+                 if path.stat().st_size <= CRASH_SCAN_BYTES else None)  # as finalize reads them, for the crash line
+    found = triage.classify(parsed, exit_code=args.exit_code, log_lines=log_lines)
     parsed["triage"] = found.as_dict() if found else None
     steps = parsed["steps"]
     lines = ["log: %s" % path, "format: %s" % (parsed["format"] or "unknown (no record recognised)")]
