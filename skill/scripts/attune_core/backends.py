@@ -33,6 +33,9 @@ class Status:
     started: Optional[float] = None
     ended: Optional[float] = None
     seconds_without_progress: Optional[float] = None
+    # what the backend says about an ended job, for triage (a RayJob's status.message, which holds the tail of
+    # the driver's log when the job failed); not part of ``as_dict``: it can be 20,000 characters of log
+    message: Optional[str] = dataclasses.field(default=None, repr=False)
 
     @property
     def done(self) -> bool:
@@ -40,6 +43,7 @@ class Status:
 
     def as_dict(self) -> dict:
         out = dataclasses.asdict(self)
+        del out["message"]
         out["done"] = self.done
         return out
 

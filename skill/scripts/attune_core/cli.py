@@ -279,7 +279,10 @@ def cmd_metrics(args) -> int:
     if refused:
         raise InputError("%s: %s, so not a training log. Fix: give a run's log (Megatron-LM, Megatron-Bridge or "
                          "slime output)" % (path, refused))
-    found = triage.classify(parsed, exit_code=args.exit_code)
+    from .finalize import CRASH_SCAN_BYTES
+    log_lines = (path.read_bytes().decode("utf-8", errors="replace").split("\n")
+                 if path.stat().st_size <= CRASH_SCAN_BYTES else None)  # as finalize reads them, for the crash line
+    found = triage.classify(parsed, exit_code=args.exit_code, log_lines=log_lines)
     parsed["triage"] = found.as_dict() if found else None
     steps = parsed["steps"]
     lines = ["log: %s" % path, "format: %s" % (parsed["format"] or "unknown (no record recognised)")]
@@ -293,6 +296,8 @@ def cmd_metrics(args) -> int:
     lines += ["warning: %s" % warning for warning in parsed["warnings"]]
     lines.append("triage: %s" % ("%s (%s): %s" % (found.cls, "line %d" % found.line_no if found.line_no else
                                                    found.source, found.evidence[:200]) if found else "no failure"))
+    if found is not None and found.memory:
+        lines.append("memory: %s" % found.memory)
     _emit(args, parsed, "\n".join(lines))
     return EXIT_OK
 
@@ -403,8 +408,9 @@ def cmd_finalize(args) -> int:
     if row is None:
         raise CheckFailed("run %s is still running: poll it, and finalize when it has ended" % args.run)
     failure = row.get("failure") or {}
-    _emit(args, {"result": row}, "run: %s\nstatus: %s%s" % (row["run"], row["status"], "\nfailure: %s: %s" % (
-        failure.get("class"), failure.get("evidence", "")[:200]) if failure else ""))
+    _emit(args, {"result": row}, "run: %s\nstatus: %s%s" % (row["run"], row["status"], "\nfailure: %s%s: %s" % (
+        failure.get("class"), " (%s memory)" % failure["memory"] if failure.get("memory") else "",
+        failure.get("evidence", "")[:200]) if failure else ""))
     return EXIT_OK
 
 

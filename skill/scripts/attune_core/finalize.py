@@ -32,6 +32,7 @@ class RunFacts:
     events: tuple = ()
     seconds_without_progress: Optional[float] = None
     hang_after_s: float = 900.0
+    backend_message: Optional[str] = None  # the backend's message about the ended job (triage reads it)
 
 
 SHORT_STEP_MS = 10.0  # 100 times the 0.1 ms Megatron prints: below it rounding is a 1% effect or more
@@ -89,7 +90,7 @@ def finalize(campaign: Campaign, facts: RunFacts) -> dict:
     metrics, warnings = metrics_columns(parsed, facts.seq_length, facts.gpus)
     found = triage.classify(parsed, exit_code=facts.exit_code, events=facts.events,
                             seconds_without_progress=facts.seconds_without_progress,
-                            hang_after_s=facts.hang_after_s, log_lines=lines)
+                            hang_after_s=facts.hang_after_s, log_lines=lines, backend_message=facts.backend_message)
     finished = facts.exit_code == 0 and found is None and bool(metrics.get("iter"))
     payload = {"run": facts.run, "metrics": metrics,
                "status": "finished" if finished else ("timeout" if found and found.cls == "hang" else "failed")}

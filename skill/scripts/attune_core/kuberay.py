@@ -3,7 +3,8 @@
 Only the campaign's context and namespace are used. Every RayJob is named after its run and
 labelled with the campaign's run prefix and the run id; ``shutdownAfterJobFinishes``, a TTL and
 ``activeDeadlineSeconds`` (a hang guard) are set when the recipe leaves them out. Status reads
-both ``jobStatus`` and ``jobDeploymentStatus`` (``Complete`` also covers a FAILED or STOPPED job).
+both ``jobStatus`` and ``jobDeploymentStatus`` (``Complete`` also covers a FAILED or STOPPED job), and
+for a failed job its ``message`` (the tail of the driver's log, as Ray reports it), which triage reads.
 Teardown deletes with foreground propagation and confirms the RayJob's pods are gone.
 
 Logs are read from the shared volume through the log pod (``AUTOTUNE_LOG_POD``, which mounts it
@@ -157,7 +158,9 @@ class KubeRayBackend(object):
         state = rayjob_state(status)
         code = 0 if state == "succeeded" else (1 if state == "failed" else None)
         quiet = self.seconds_since_log_changed(run) if state == "running" else None
-        return Status(state, code, _epoch(status.get("startTime")), _epoch(status.get("endTime")), quiet)
+        message = status.get("message") if state == "failed" else None
+        return Status(state, code, _epoch(status.get("startTime")), _epoch(status.get("endTime")), quiet,
+                      message if isinstance(message, str) else None)
 
     def seconds_since_log_changed(self, run: str) -> Optional[float]:
         """Seconds since the job last printed a line of its own, or None while there is no log. Read in one
@@ -205,7 +208,10 @@ class KubeRayBackend(object):
         return code, "".join(out), "".join(err)
 
     def events(self, run: str) -> list:
-        """Warning and normal event messages of the RayJob and its pods, oldest first."""
+        """Warning and normal event messages of the RayJob and its pods, oldest first; then, for each container of
+        the run's pods that the kernel killed for its memory limit, a line in the same form (Kubernetes records
+        that in the pod's status, ``containerStatuses[].state/lastState.terminated.reason: OOMKilled``, not
+        always as an event)."""
         items = self.core.list_namespaced_event(self.namespace).items
         out = []
         for event in items:
@@ -213,6 +219,25 @@ class KubeRayBackend(object):
             if name == run or name.startswith(run + "-"):
                 out.append("%s  %s  %s/%s  %s" % (event.type, event.reason, (event.involved_object.kind or "").lower(),
                                                  name, event.message))
+        return out + self.oom_killed(run)
+
+    def oom_killed(self, run: str) -> list:
+        """``Warning  OOMKilled  pod/NAME  container C terminated: OOMKilled, exit code 137`` for each container of
+        the run's pods whose current or last termination was the kernel's OOM kill."""
+        cluster = self._cluster(run)
+        selectors = ["%s=%s" % (LABEL_RUN, run)] + (["ray.io/cluster=%s" % cluster] if cluster else [])
+        out, seen = [], set()
+        for selector in selectors:
+            for pod in self.core.list_namespaced_pod(self.namespace, label_selector=selector).items:
+                if pod.metadata.name in seen:
+                    continue
+                seen.add(pod.metadata.name)
+                for container in ((pod.status.container_statuses if pod.status else None) or []):
+                    for state in (container.state, container.last_state):
+                        terminated = state.terminated if state is not None else None
+                        if terminated is not None and terminated.reason == "OOMKilled":
+                            out.append("Warning  OOMKilled  pod/%s  container %s terminated: OOMKilled, exit code %s"
+                                       % (pod.metadata.name, container.name, terminated.exit_code))
         return out
 
     def _cluster(self, run: str) -> Optional[str]:

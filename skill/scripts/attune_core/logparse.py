@@ -11,9 +11,11 @@ Formats (facts in the project's reference on Megatron-LM, Megatron-Bridge and sl
 * Megatron-Bridge ``Step Time : 12.78s GPU utilization: 528.1MODEL_TFLOP/s/GPU`` lines.
 * slime ``step N: {...}``, ``perf N: {...}`` and ``rollout N: {...}`` lines (Python repr dicts, bare
   ``nan``/``inf``, Ray ``(Actor pid=...)`` prefixes).
-* Failures: CUDA out of memory (old and new texts, Ray-wrapped), Ray's host-memory killer, a
-  container ``OOMKilled``, NCCL watchdog timeouts, assertion errors, argparse errors
-  (``prog: error: unrecognized arguments: ...``, ``prog: error: argument --x: ...``). Lines of the
+* Failures (``_FAILURES``): GPU memory (torch's CUDA out of memory, old and new texts, Ray-wrapped;
+  NCCL, cuBLAS, cuDNN, TE, ROCm), host memory (Ray's memory monitor, a container ``OOMKilled``, the
+  Linux OOM killer, torch's CPU allocator, a shell's ``Killed``), NCCL watchdog timeouts, assertion
+  errors, argparse errors (``prog: error: unrecognized arguments: ...``), the last line of a traceback
+  of any exception type, and frames of Megatron's argument and config validation. Lines of the
   pod-hook wrapper (``attune-pod-hooks: ...``) are never failures.
 
 The log is read line by line (bounded memory for any size). A value the line does not print is
@@ -42,22 +44,57 @@ _SLIME = re.compile(r"(?:\((?P<actor>\w+) pid=(?P<pid>\d+)(?:, ip=(?P<ip>[\d.]+)
 _SLIME_START = re.compile(r"\b(step|perf|rollout) \d+: \{")
 _NON_FINITE_WORD = re.compile(r"(?<![\w'\"])(-?)(nan|inf)(?![\w'\"])")
 
-# kind, words one of which the line must contain (a cheap test first: most lines are noise), pattern
+# kind, words one of which the line must contain (a cheap test first: most lines are noise; empty: the words of a
+# kind above cover this one's lines too, and each word is scanned for only once), pattern.
+# The first kind that matches a line is its kind, so the order matters: Ray's host-memory
+# ``ray.exceptions.OutOfMemoryError`` before the GPU ``OutOfMemoryError``, memory before exceptions.
+# ``oom`` is GPU memory; ``ray_oom``, ``oomkilled``, ``host_oom`` (and ``killed`` with a SIGKILL exit) host memory.
+# Every memory pattern's line holds one of these: few words, so that the scan for interesting lines stays fast.
+_MEMORY_WORDS = ("emory", "MEMORY", "OOM", "oom", "Failed to CUDA", "ALLOC_FAILED", "ENOUGH_WORKSPACE",
+                 "allocation failed")
+_PREFIX = r"^(?:\s*(?:\d+:|\[[^\]]*\]:?|\([^)]*\)|traceback:|E ))*\s*"  # grep -n, [rank3]:, (Actor pid=1)
 _FAILURES = (
-    ("nccl_timeout", ("imeout", "timed out", "time out", "Timed out"),
+    ("nccl_timeout", ("imeout", "imed out", "ime out"),
      re.compile(r"Watchdog caught collective operation timeout|NCCL (?:communicator|operation) "
                 r"timed? ?out|ProcessGroupNCCL.*[Tt]imeout|"
                 r"gloo\S*\] Timed out waiting \d+ms for (?:recv|send) operation")),  # gloo (CPU) collectives
-    ("ray_oom", ("memory pressure",), re.compile(r"killed due to memory pressure \(OOM\)")),
-    ("oomkilled", ("OOMKilled",), re.compile(r"\bOOMKilled\b")),
-    ("oom", ("out of memory", "OutOfMemoryError", "return OOM", "can't allocate memory", "MemoryError"),
-     re.compile(r"CUDA out of memory|OutOfMemoryError|CUDA error: out of memory|"
-                r"TorchMemorySaver::malloc return OOM|"
-                r"DefaultCPUAllocator: can't allocate memory|^\s*(?:\[rank\d+\]:\s*)?MemoryError\b|"  # host RAM
+    # Ray's memory monitor: the raylet's summary, the exception and its "Memory on the node" detail
+    ("ray_oom", _MEMORY_WORDS,
+     re.compile(r"killed due to memory pressure \(OOM\)|Task was killed due to the node running low on memory|"
+                r"ray\.exceptions\.OutOfMemoryError|Memory on the node .* exceeds the memory usage threshold|"
+                r"\bRayOutOfMemoryError\b|Worker exit type: NODE_OUT_OF_MEMORY")),  # older Ray; an actor's death
+    ("oomkilled", (), re.compile(r"\bOOMKilled\b")),
+    ("host_oom", (),
+     re.compile(r"DefaultCPUAllocator: (?:can't allocate memory|not enough memory)|"  # torch's CPU allocator
+                r"^\s*(?:\[rank\d+\]:\s*)?MemoryError\b|"  # Python's own
+                r"Out of memory: Kill(?:ed)? process|\boom-kill:|invoked oom-killer|"  # the Linux OOM killer (dmesg)
+                r"Detected \d+ oom[-_]kill event|"  # slurm's report of the cgroup OOM killer
+                r"Failed to CUDA host alloc|"  # NCCL's pinned host buffers
                 r"^attune-local: out of memory")),  # the local backend's memory limit
-    ("assertion", ("AssertionError",), re.compile(r"\bAssertionError\b")),
-    ("argparse", ("error: unrecognized arguments", "error: argument "),
+    # GPU memory, as each layer reports it: torch, its C++ core, NCCL, cuBLAS, cuDNN, Transformer Engine, ROCm
+    ("oom", (),
+     re.compile(r"CUDA out of memory|OutOfMemoryError|CUDA (?:driver )?[Ee]rror: out of memory|HIP out of memory|"
+                r"CUBLAS Error: the resource allocation failed|"  # Transformer Engine's NVTE_CHECK_CUDA/CUBLAS
+                r"Cuda failure (?:\d+ )?'out of memory'|Failed to CUDA (?:calloc|malloc)|"  # NCCL's WARN lines
+                r"CUBLAS_STATUS_ALLOC_FAILED|CUDNN_STATUS_ALLOC_FAILED|CUDNN_STATUS_NOT_ENOUGH_WORKSPACE|"
+                r"cudaErrorMemoryAllocation|CUDA_ERROR_OUT_OF_MEMORY|hipErrorOutOfMemory|"
+                r"TorchMemorySaver::malloc return OOM|"
+                r"Not enough memory\. Please try to increase --mem-fraction-static")),  # SGLang's KV cache (slime)
+    ("killed", ("Killed",), re.compile(r"^\s*(?:\S+: line \d+: +\d+ +)?Killed(?:\s|$)")),  # the shell's report of a SIGKILL
+    ("assertion", (), re.compile(r"\bAssertionError\b")),
+    ("argparse", ("error: ",),
      re.compile(r": error: (?:unrecognized arguments: |argument \S+: )")),
+    # the last line of a Python traceback, an exception of any type
+    ("exception", ("Error", "Exception"),
+     re.compile(_PREFIX + r"(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception)(?:\([\w.]+\))?(?::|\s*$)")),
+    # a traceback frame in Megatron's (or slime's) argument and config validation, or the source line of a
+    # divisibility assert: what the exception after it means
+    ("validation", ('", line ', "assert ", " == 0"),
+     re.compile(r'(?:^|[/"\s])(?:arguments|argument_utils|transformer_config|model_parallel_config|'
+                r'num_microbatches_calculator)\.py", line \d+, in \w+|'
+                r'\.py", line \d+, in (?:validate_args|__post_init__|initialize_model_parallel|_?validate\w*)\b|' +
+                _PREFIX + r"(?:assert .*(?:%.*==\s*0|divisible|multiple of)|"
+                r"\(?[\w.\[\]]+ % [\w.\[\]()]+ == 0\)?\s*(?:,|\\|and|or)?\s*$)")),  # a multi-line assert's condition
 )
 # Lines of the in-pod hook wrapper (pod_hooks/wrap.py): they report on hooks, never on the run.
 POD_HOOKS_PREFIX = "attune-pod-hooks:"
@@ -184,7 +221,7 @@ def failure_kind(line: str) -> Optional[str]:
     if line.lstrip().startswith(POD_HOOKS_PREFIX):
         return None
     for kind, words, pattern in _FAILURES:
-        if any(word in line for word in words) and pattern.search(line):
+        if (not words or any(word in line for word in words)) and pattern.search(line):
             return kind
     return None
 

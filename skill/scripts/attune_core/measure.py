@@ -65,6 +65,8 @@ def score_run(status: str, metrics: Optional[dict], window=(5, 19), failure: Opt
         detail = ""
         if failure:
             detail = ": " + str(failure.get("class") or failure.get("detail") or "").strip()
+            memory = {"gpu": "GPU memory", "host": "host memory"}.get(failure.get("memory"))
+            detail += " (%s)" % memory if memory else ""
         return not_rankable("run %s%s" % (status, detail.rstrip(": ")))
     if not isinstance(metrics, dict):
         return not_rankable("no metrics recorded")

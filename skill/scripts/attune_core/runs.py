@@ -215,7 +215,8 @@ def finalize(campaign: Campaign, settings, run: str, hang_after_s: float = HANG_
         ended = started + simulated
     facts = RunFacts(run=run, log_path=log, exit_code=status.exit_code, started=started, ended=ended,
                      gpus=launches[run]["gpus"], seq_length=int(seq) if isinstance(seq, str) and seq.isdigit()
-                     else None, events=events, seconds_without_progress=quiet, hang_after_s=hang_after_s)
+                     else None, events=events, seconds_without_progress=quiet, hang_after_s=hang_after_s,
+                     backend_message=status.message)
     row = finalize_run(campaign, facts)
     if status.state != "torn_down":  # the run is recorded: release what it still holds
         backend.teardown(run_dir)

@@ -80,6 +80,7 @@ class FakeKube(object):
         self.dry_run_rejection = None  # (code, message) answered to a dryRun=All RayJob creation
         self.dry_runs = []  # the bodies of dry-run creations (never stored)
         self.pod_phase = {}  # pod name -> status.phase (default Running)
+        self.pod_terminated = {}  # pod name -> [(container, reason, exit code)]: containerStatuses[].lastState.terminated
         self.pod_mounts = {}  # pod name -> volume mount paths of its container
         self.pod_containers = {}  # pod name -> container names (default one, "c")
         self.version = {"major": "1", "minor": "31", "gitVersion": "v1.31.0", "gitCommit": "0" * 40,
@@ -230,7 +231,11 @@ class FakeKube(object):
                                 del fake.pods[name]
                     names = [name for name, labels in fake.pods.items() if labels.get(key) == value]
                     return self._send(200, {"kind": "PodList", "apiVersion": "v1", "metadata": {},
-                                            "items": [{"metadata": {"name": n}} for n in names]})
+                                            "items": [{"metadata": {"name": n}, "status": {"containerStatuses": [
+                                                {"name": c, "image": "img", "imageID": "img@sha256:0", "ready": False,
+                                                 "restartCount": 1, "state": {"waiting": {"reason": "CrashLoopBackOff"}},
+                                                 "lastState": {"terminated": {"reason": r, "exitCode": e}}}
+                                                for c, r, e in fake.pod_terminated.get(n, [])]}} for n in names]})
                 pod_match = POD.match(url.path)
                 if pod_match and pod_match.group("name") in fake.pods:
                     name = pod_match.group("name")

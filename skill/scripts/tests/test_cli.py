@@ -223,7 +223,15 @@ def test_metrics_verb_on_a_real_log(readonly_tree):
     assert [step["elapsed_ms"] for step in parsed["steps"]] == [5801.1, 1152.3, 1118.1, 1119.8]
     assert run(readonly_tree, "metrics", "/nonexistent.log").returncode == 2
     proc = run(readonly_tree, "metrics", str(DATA / "logs" / "C_failures" / "mlm92_oom_old_format.log"))
-    assert "triage: oom (line 9): RuntimeError: CUDA out of memory." in proc.stdout
+    assert "triage: oom (line 9): RuntimeError: CUDA out of memory." in proc.stdout and "memory: gpu" in proc.stdout
+    proc = run(readonly_tree, "metrics", str(DATA / "logs" / "C_failures" / "fang1_default_cpu_allocator.log"),
+               "--json")
+    assert json.loads(proc.stdout)["triage"]["memory"] == "host"
+    proc = run(readonly_tree, "metrics", str(DATA / "logs" / "C_failures" / "ray14394_tune_error_after_slurm_oom_kill.log"),
+               "--exit-code", "1")
+    assert "triage: oom (line 6): slurmstepd: error: Detected 8 oom-kill event(s)" in proc.stdout
+    proc = run(readonly_tree, "metrics", str(DATA / "megatron_cpu" / "killed_rank.log"), "--exit-code", "-9")
+    assert "triage: crash (line 868): exitcode  : -9" in proc.stdout  # the log's lines name the crash, as in finalize
 
 
 def test_background_work_runs_in_the_caller_when_no_process_can_be_forked(monkeypatch, tmp_path):

@@ -59,8 +59,34 @@ def test_an_oom_is_failed_with_its_evidence(tmp_path):
     row = finalize(b.campaign, RunFacts("r001", log, 1, 0.0, 60.0, 8))
     assert row["status"] == "failed" and row["failure"]["class"] == "oom"
     assert row["failure"]["evidence"].startswith("RuntimeError: CUDA out of memory. Tried to allocate 9.33 GiB")
+    assert row["failure"]["memory"] == "gpu" and "selective-recompute" in row["failure"]["next_step"]
     assert ranking.build(b.campaign.ledger.rows()).run_status(ranking.build(b.campaign.ledger.rows()).run("r001")) \
-        == "run failed: oom"
+        == "run failed: oom (GPU memory)"
+
+
+def test_a_host_oom_gets_host_advice_and_says_so_in_the_leaderboard(tmp_path):
+    b = setup(tmp_path)
+    log = tmp_path / "log.txt"
+    shutil.copy(DATA / "logs" / "C_failures" / "flingbot11_ray_oom_exception.log", log)
+    row = finalize(b.campaign, RunFacts("r001", log, 1, 0.0, 60.0, 8))
+    failure = row["failure"]
+    assert (failure["class"], failure["memory"], failure["line_no"]) == ("oom", "host", 10)
+    assert "recompute" not in failure["next_step"].split("cannot help")[1]  # no GPU lever after the warning
+    assert "ATTUNE_LOCAL_MEMORY_MB" in failure["next_step"]
+    assert ranking.build(b.campaign.ledger.rows()).run_status(ranking.build(b.campaign.ledger.rows()).run("r001")) \
+        == "run failed: oom (host memory)"
+
+
+def test_the_backends_message_explains_a_run_whose_log_does_not(tmp_path):
+    b = setup(tmp_path)
+    log = megatron_log(tmp_path / "log.txt", iterations=range(1, 4))
+    message = ("Job entrypoint command failed with exit code 1, last available logs (truncated to 20,000 chars):\n"
+               + (DATA / "logs" / "C_failures" / "slime1845_raylet_oom_checkpoint.log").read_text())
+    row = finalize(b.campaign, RunFacts("r001", log, 1, 0.0, 60.0, 8, backend_message=message))
+    failure = row["failure"]
+    assert (failure["class"], failure["memory"], failure["source"], failure["line_no"]) == ("oom", "host", "backend",
+                                                                                             None)
+    assert "killed due to memory pressure (OOM)" in failure["evidence"]
 
 
 def test_a_restarted_log_is_scored_on_its_last_run(tmp_path):

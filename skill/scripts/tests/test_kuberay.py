@@ -347,3 +347,38 @@ def test_a_recipe_running_another_image_than_the_campaigns_is_refused(kube, back
                                          "registry.example.com/megatron:nightly"):
         backend.submit("alice-llama8b-r009", Recipe(text), run_dir)
     assert not kube.rayjobs
+
+
+def test_a_failed_rayjobs_message_is_triaged_when_the_log_says_nothing(kube, cluster_campaign):
+    from attune_core import runs
+    campaign, settings = cluster_campaign
+    run = runs.launch(campaign, settings, baseline=True, expected_gpu_hours=3.0)["run"]
+    tail = (DATA / "logs" / "C_failures" / "flingbot11_ray_oom_exception.log").read_text()  # real Ray text
+    kube.rayjobs[("ml-tuning", run)]["status"] = {
+        "jobStatus": "FAILED", "jobDeploymentStatus": "Complete", "reason": "AppFailed",
+        "message": "Job entrypoint command failed with exit code 1, last available logs (truncated to 20,000 "
+                   "chars):\n" + tail, "startTime": "2026-11-02T09:00:00Z", "endTime": "2026-11-02T09:10:00Z"}
+    log = "\n".join(LINE.format(sec=i, it=i, cs=128 * i, ms=3400.0, loss=10 - 0.1 * i) for i in range(1, 4))
+    kube.files[("log-reader", "/mnt/shared/%s/log.txt" % run)] = log.encode() + b"\n"
+    assert "message" not in runs.poll(campaign, settings, run).as_dict()  # polls stay one line a field
+    failure = runs.finalize(campaign, settings, run)["failure"]
+    assert (failure["class"], failure["memory"], failure["source"]) == ("oom", "host", "backend")
+    assert failure["evidence"].startswith("ray.exceptions.OutOfMemoryError: Task was killed")
+
+
+def test_a_container_the_kernel_killed_for_memory_is_host_oom(kube, cluster_campaign):
+    from attune_core import runs
+    campaign, settings = cluster_campaign
+    run = runs.launch(campaign, settings, baseline=True, expected_gpu_hours=3.0)["run"]
+    kube.rayjobs[("ml-tuning", run)]["status"] = {"jobStatus": "FAILED", "jobDeploymentStatus": "Complete",
+                                                  "startTime": "2026-11-02T09:00:00Z", "endTime": "2026-11-02T09:10:00Z"}
+    # the dump of kuberay4287_head_oomkilled.log: lastState.terminated with exitCode 137, reason OOMKilled
+    kube.pods = {run + "-head": {"attune.dev/run": run}, run + "-worker-0": {"attune.dev/run": run}}
+    kube.pod_terminated = {run + "-head": [("ray-head", "OOMKilled", 137)],
+                           run + "-worker-0": [("ray-worker", "Error", 1)]}
+    log = "\n".join(LINE.format(sec=i, it=i, cs=128 * i, ms=3400.0, loss=10 - 0.1 * i) for i in range(1, 4))
+    kube.files[("log-reader", "/mnt/shared/%s/log.txt" % run)] = log.encode() + b"\n"
+    failure = runs.finalize(campaign, settings, run)["failure"]
+    assert (failure["class"], failure["memory"], failure["source"]) == ("oom", "host", "events")
+    assert failure["evidence"] == "Warning  OOMKilled  pod/%s-head  container ray-head terminated: OOMKilled, " \
+                                  "exit code 137" % run

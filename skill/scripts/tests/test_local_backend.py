@@ -122,6 +122,7 @@ def test_a_run_whose_memory_runs_away_is_killed_at_the_limit_as_oom(tmp_path):
         result = runs.finalize(campaign, settings, run)
         assert result["status"] == "failed" and result["failure"]["class"] == "oom"
         assert "over the 300 MiB a local run may hold" in result["failure"]["evidence"]
+        assert result["failure"]["memory"] == "host" and "ATTUNE_LOCAL_MEMORY_MB" in result["failure"]["next_step"]
         assert runs.backends.memory_limit_mb() > 0  # the default: 85% of this host's memory
     finally:
         for _ in made:  # tears its runs down
@@ -140,6 +141,7 @@ def test_killed_and_oom_runs_fail_with_a_class(campaign):
     assert "exited with code -9" in dead["failure"]["evidence"]
     short = runs.finalize(campaign, settings, oom)
     assert short["failure"]["class"] == "oom" and "CUDA out of memory" in short["failure"]["evidence"]
+    assert short["failure"]["memory"] == "gpu"
 
 
 def test_teardown_of_a_running_run(campaign):

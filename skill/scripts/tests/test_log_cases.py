@@ -55,3 +55,26 @@ def test_interleaved_ranks():
     parsed, _ = parse("A_iteration/leonardo_opensciref_srun_prefix.log")
     assert [(m["rank"], m["after_iterations"]) for m in parsed["memory"]] == [(0, 50)]
     assert [step["step"] for step in parsed["steps"]] == [50, 100, 150, 200, 250, 300, 350]
+
+
+def test_host_oom():
+    parsed, lines = parse("C_failures/flingbot11_ray_oom_exception.log")
+    assert [(f["kind"], f["line_no"]) for f in parsed["failures"]] == [("ray_oom", 10), ("ray_oom", 11)]
+    found = triage.classify(parsed, exit_code=1, log_lines=lines)
+    assert (found.cls, found.memory, found.line_no) == ("oom", "host", 10)
+    assert "recompute" not in found.next_step.split("cannot help")[1] and "micro" not in found.next_step.split(
+        "cannot help")[1]
+
+
+def test_config_error_any_exception():
+    parsed, lines = parse("C_failures/nemo11480_parallel_state_runtimeerror.log")
+    assert [(f["kind"], f["line_no"]) for f in parsed["failures"]] == [("validation", 1), ("exception", 3)]
+    found = triage.classify(parsed, exit_code=1, log_lines=lines)
+    assert (found.cls, found.line_no) == ("config_error", 3)
+
+
+def test_gpu_oom_outside_torch():
+    parsed, lines = parse("C_failures/nccl1235_nccl_cuda_failure_oom.log")
+    assert [(f["kind"], f["line_no"]) for f in parsed["failures"]] == [("oom", 14), ("oom", 16)]
+    found = triage.classify(parsed, exit_code=1, log_lines=lines)
+    assert (found.cls, found.memory, found.line_no) == ("oom", "gpu", 14)

@@ -43,6 +43,8 @@ def test_not_rankable_with_reason(kwargs, why):
 
 def test_other_reasons():
     assert score_run("failed", None, failure={"class": "oom"}).why == "run failed: oom"
+    assert score_run("failed", None, failure={"class": "oom", "memory": "host"}).why == "run failed: oom (host memory)"
+    assert score_run("failed", None, failure={"class": "oom", "memory": "gpu"}).why == "run failed: oom (GPU memory)"
     assert score_run("timeout", None).why == "run timeout"
     assert score_run("finished", None).why == "no metrics recorded"
     bad = metrics(1000.0)

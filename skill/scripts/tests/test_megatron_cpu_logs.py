@@ -46,3 +46,4 @@ def test_parse_and_triage(name):
         assert expected["triage"]["evidence"] in found.evidence
         if expected["triage"].get("line_no"):
             assert found.line_no == expected["triage"]["line_no"]
+        assert found.memory == expected["triage"].get("memory")

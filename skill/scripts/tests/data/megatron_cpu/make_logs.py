@@ -13,6 +13,9 @@ reading the log, not from the parser). Cases:
   8192, 16 layers): torch's CPU allocator refuses.
 - ``config_error``: micro-batch size 3 with global batch 8 at data parallel 2: Megatron's argument check.
 - ``tp_without_max_connections``: tensor parallel 2 without ``CUDA_DEVICE_MAX_CONNECTIONS=1``.
+- ``expert_parallel_without_experts``: expert parallel 2 in a dense model: Megatron's argument check.
+- ``heads_not_multiple_of_tp``: tensor parallel 2 with one attention head: TransformerConfig's ValueError.
+- ``layers_not_divisible_by_pp``: pipeline parallel 2 with 3 layers: Megatron's argument check.
 - ``killed_rank``: world size 2; rank 1 is sent SIGKILL once iteration 5 is logged.
 - ``hang``: world size 2; rank 1 is stopped (SIGSTOP) once iteration 5 is logged; the log is cut 30 s later,
   when the run is torn down as a hang would be.
@@ -56,6 +59,11 @@ CASES = {
     "config_error": ([_set("--micro-batch-size", "3")], None, None),
     "tp_without_max_connections": ([_set("--tensor-model-parallel-size", "2"),
                                     {"op": "unset", "env": "CUDA_DEVICE_MAX_CONNECTIONS"}], None, None),
+    "expert_parallel_without_experts": ([_set("--expert-model-parallel-size", "2")], None, None),
+    "heads_not_multiple_of_tp": ([_set("--tensor-model-parallel-size", "2"), _set("--num-attention-heads", "1")], None,
+                                 None),
+    "layers_not_divisible_by_pp": ([_set("--pipeline-model-parallel-size", "2"), _set("--num-layers", "3")], None,
+                                   None),
     "killed_rank": ([], None, ("SIGKILL", 5)),
     "hang": ([], None, ("SIGSTOP", 5)),
 }
