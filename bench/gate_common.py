@@ -315,11 +315,54 @@ def verdicts(outcome: dict) -> dict:
                 "the first iteration")}
 
 
-def evaluate(rows: list, python: str = sys.executable, jobs: int = 0) -> list:
-    """rows: [{"name", "dir" (Path), "label", "repeats": [...]}]; adds the gate's verdicts to each."""
+# One Python that gates many pairs (the same ``correctness.gate.run_gate`` that ``attune gate`` calls, without a
+# process start per pair): reads JSON lines {"dir", "repeats"} and writes one outcome per line.
+_BATCH = r"""
+import json, sys
+sys.path.insert(0, sys.argv[1])
+from pathlib import Path
+from correctness.gate import run_gate
+for line in sys.stdin:
+    case = json.loads(line)
+    root = Path(case["dir"])
+    try:
+        result = json.loads(json.dumps(run_gate(root / "baseline", root / "candidate",
+                                                [root / r for r in case["repeats"]]), default=str))
+        print(json.dumps({"rc": 0, "result": result, "error": None}), flush=True)
+    except Exception as exc:  # noqa: B902 - reported per pair, like the CLI's exit 2
+        print(json.dumps({"rc": 2, "result": None, "error": "%s: %s" % (type(exc).__name__, exc)}), flush=True)
+"""
+
+
+def run_batch(cases: list, python: str, root: Path) -> list:
+    """Outcomes of ``run_gate`` on ``cases`` (dicts with "dir" and "repeats") by the gate of checkout ``root``."""
+    text = "".join(json.dumps({"dir": str(c["dir"]), "repeats": list(c["repeats"])}) + "\n" for c in cases)
+    proc = subprocess.run([python, "-c", _BATCH, str(Path(root) / "skill" / "scripts")], input=text,
+                          capture_output=True, text=True, cwd=str(root))
+    outcomes = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    if len(outcomes) != len(cases):
+        raise RuntimeError("the batch gate stopped after %d of %d pairs: %s" % (
+            len(outcomes), len(cases), (proc.stderr.strip().splitlines() or [""])[-1]))
+    return outcomes
+
+
+def evaluate(rows: list, python: str = sys.executable, jobs: int = 0, batch: bool = False, root: Path = REPO) -> list:
+    """rows: [{"name", "dir" (Path), "label", "repeats": [...]}]; adds the gate's verdicts to each. ``batch``: gate
+    them in ``jobs`` Python processes instead of one ``attune gate`` process per pair (the same verdicts, faster);
+    ``root``: the checkout whose gate judges (this one by default)."""
     jobs = jobs or min(8, os.cpu_count() or 1)
-    with ThreadPoolExecutor(max_workers=jobs) as pool:
-        outcomes = list(pool.map(lambda row: run_gate(row["dir"], row["repeats"], python), rows))
+    if batch:
+        slices = [rows[index::jobs] for index in range(jobs)]
+        with ThreadPoolExecutor(max_workers=jobs) as pool:
+            parts = list(pool.map(lambda part: run_batch(part, python, root), slices))
+        by_row = {}
+        for part, outcomes in zip(slices, parts):
+            for row, outcome in zip(part, outcomes):
+                by_row[id(row)] = outcome
+        outcomes = [by_row[id(row)] for row in rows]
+    else:
+        with ThreadPoolExecutor(max_workers=jobs) as pool:
+            outcomes = list(pool.map(lambda row: run_gate(row["dir"], row["repeats"], python), rows))
     for row, outcome in zip(rows, outcomes):
         row.update(verdicts(outcome))
         row["error"] = outcome["error"]

@@ -6,7 +6,7 @@ directories (baseline = case a, candidate = case b), labelled by a RULE on their
 Usage (from the repository root)::
 
     .venv/bin/python bench/gate_real_curves.py [--out DIR]   # default bench/out/gate_real_curves
-    .venv/bin/python bench/gate_real_curves.py --evaluate [--jobs N]
+    .venv/bin/python bench/gate_real_curves.py --evaluate [--jobs N] [--batch [--attune-root CHECKOUT]]
 
 Corpus: ``$ATTUNE_CORPUS_DIR/megatron_golden`` (default ``../shared/data``), read in place.
 
@@ -290,6 +290,11 @@ def main(argv=None) -> int:
     parser.add_argument("--evaluate", action="store_true")
     parser.add_argument("--python", default=sys.executable)
     parser.add_argument("--jobs", type=int, default=0)
+    parser.add_argument("--batch", action="store_true",
+                        help="gate the pairs in --jobs Python processes (correctness.gate.run_gate, what attune gate "
+                             "calls) instead of one attune gate process per pair: the same verdicts, faster")
+    parser.add_argument("--attune-root", default=str(gc.REPO),
+                        help="with --batch: the checkout whose gate judges (to compare two versions on the same pairs)")
     opts = parser.parse_args(argv)
     corpus = gc.corpus_dir()
     if not (corpus / "index.json").exists():
@@ -316,7 +321,7 @@ def main(argv=None) -> int:
         rows = [{"name": "%s %s" % (r["name"], "+".join(sorted(set(r["categories"].values())))), "dir": out / r["name"],
                  "label": r["label"], "repeats": ["repeat1"] if r["repeat_curve_from"] else [],
                  "maxrel": "%.1e" % r["max_rel_diff_steps_1_20"]} for r in built["rows"]]
-        gc.evaluate(rows, opts.python, opts.jobs)
+        gc.evaluate(rows, opts.python, opts.jobs, batch=opts.batch, root=Path(opts.attune_root))
         tot = gc.print_table(rows, extra_col="maxrel")
         faulty = [r for r in rows if r["label"] == "faulty"]
         print("faulty pairs flagged by the convergence check alone (convergence.passed false): %d/%d" % (
