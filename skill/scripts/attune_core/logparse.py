@@ -1,294 +1,391 @@
-"""Parse a training log into steps, memory reports, timers, slime records and failures.
+"""Parse a training log into steps, memory reports, timers, slime records, failures and crash lines,
+in memory bounded whatever the log's size.
 
-Formats (facts in the project's reference on Megatron-LM, Megatron-Bridge and slime logs):
+The line formats are ``logformats``'s: Megatron-LM, Megatron-Bridge, Megatron-DeepSpeed, NeMo 1 and 2
+and slime records, failure and crash lines. A value the line does not print is ``None``, never a
+guess; a line that looks like a record but cannot be read becomes a warning that names the line.
+Nothing here raises on bad input: ``refusal`` says when a file is not a log (empty, mostly binary, or
+nothing recognised), for the verbs that must refuse it.
 
-* Megatron-LM iteration lines (`` iteration N/ M | name: value | ...``), with or without a
-  ``[timestamp]``, behind any prefix (srun labels, Ray actor tags, grep line numbers); every
-  ``... loss`` field, ``nan``/``inf`` grad norms, skipped and nan counts, old and new number formats.
-* Megatron-LM memory reports (``[Rank R] (after N iterations) memory (MB) | allocated: ...``).
-* Megatron-LM timers: the ``(min, max) time across ranks (ms):`` block and the one-line
-  ``time (ms) | name: v | ...`` form.
-* Megatron-Bridge ``Step Time : 12.78s GPU utilization: 528.1MODEL_TFLOP/s/GPU`` lines.
-* slime ``step N: {...}``, ``perf N: {...}`` and ``rollout N: {...}`` lines (Python repr dicts, bare
-  ``nan``/``inf``, Ray ``(Actor pid=...)`` prefixes).
-* Failures: CUDA out of memory (old and new texts, Ray-wrapped), Ray's host-memory killer, a
-  container ``OOMKilled``, NCCL watchdog timeouts, assertion errors, argparse errors
-  (``prog: error: unrecognized arguments: ...``, ``prog: error: argument --x: ...``). Lines of the
-  pod-hook wrapper (``attune-pod-hooks: ...``) are never failures.
+**Reading.** The log is read in chunks of whole lines; the lines holding a word some record or
+failure needs are found with one ``str.find`` pass per word (C speed) and only those are parsed.
+A last line without its newline is a line still being written (a live log): it is not read, and
+``text.partial_last_line`` says so in ``warnings`` and in ``text``, until its newline arrives. A
+caller that knows the file is complete (``complete=True``: finalize after the job ended, the gate,
+``attune metrics --complete``) has that line read too, but never its last field, which may have
+been cut mid-number: only values followed by their separator (`` |``, ``]``, ``}``, ``)``) are read.
 
-The log is read line by line (bounded memory for any size). A value the line does not print is
-``None``, never a guess; a line that looks like a record but cannot be read becomes a warning
-that names the line. Nothing here raises on bad input: ``refusal`` says when a file is not a log
-(empty, mostly binary, or nothing recognised), for the verbs that must refuse it.
+**Bounds** (each list in the result, with its full count in ``counts``; a list that was cut says so
+in ``warnings``):
+
+* ``steps``: the first ``STEPS_KEPT`` steps of the log, every one in full (any run ATTUNE makes: 20
+  iterations; the gate's curves: up to 100). Past that: the last ``TAIL_STEPS`` steps (where the log
+  ends), the first ``RUN_HEAD_STEPS`` steps of the latest run that started past the cap (its scoring
+  window), and the first ``PROBLEM_STEPS`` steps that show a problem (a NaN or infinite loss or grad
+  norm, a skipped or NaN iteration). ``summary`` holds statistics over every step, kept or not.
+* ``memory``, ``timers``, ``bridge_steps``, ``perf``: the first ``RECORDS_KEPT`` and the last
+  ``RECORDS_KEPT``; ``failures``: the first and last ``FAILURES_KEPT`` of each kind; ``errors``
+  (crash lines) and ``warnings``: the first and last ``ERRORS_KEPT`` / ``WARNINGS_KEPT``.
+
+``on_step`` (optional) is called with every step as it is read, for a caller that wants steps the
+bounds drop (``attune metrics --steps``).
 """
 
 from __future__ import annotations
 
-import ast
-import re
-from typing import Iterable, Optional
+from collections import Counter, deque
+from typing import Callable, Iterable, Optional
 
-_ITERATION = re.compile(r"(?:\[(?P<ts>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)?)\]\s*)?"
-                        r"iteration\s+(?P<it>\d+)\s*/\s*(?P<total>\d+)\s*\|(?P<rest>.*)$")
-_MEMORY = re.compile(r"\[Rank (?P<rank>\d+)\] \(after (?P<after>\d+) iterations\) memory \(MB\)\s*\|(?P<rest>.*)$")
-_TIMER_BLOCK = "(min, max) time across ranks (ms):"
-_TIMER_ROW = re.compile(r"^\s+(?P<name>\S+)\s*\.*:\s*\((?P<min>[-\d.eE+]+),\s*(?P<max>[-\d.eE+]+)\)\s*$")
-_TIMER_INLINE = re.compile(r"time \(ms\)\s*\|(?P<rest>.*)$")
-_BRIDGE = re.compile(r"Step Time\s*:\s*(?P<time>[\d.]+)s\s+GPU utilization:\s*(?P<tflops>[\d.]+)\s*"
-                     r"(?P<unit>(?:MODEL_)?TFLOP/s/GPU)")
-_SLIME = re.compile(r"(?:\((?P<actor>\w+) pid=(?P<pid>\d+)(?:, ip=(?P<ip>[\d.]+))?\)\s*)?"
-                    r"(?:\[(?P<ts>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)\]\s*)?(?:(?P<loc>[\w./-]+:\d+)\s*-\s*)?"
-                    r"(?P<type>step|perf|rollout) (?P<index>\d+): (?P<dict>\{.*\})\s*$")
-_SLIME_START = re.compile(r"\b(step|perf|rollout) \d+: \{")
-_NON_FINITE_WORD = re.compile(r"(?<![\w'\"])(-?)(nan|inf)(?![\w'\"])")
+from . import logformats as fmt
+from .logformats import failure_kind, parse_bridge, parse_iteration, parse_memory
 
-# kind, words one of which the line must contain (a cheap test first: most lines are noise), pattern
-_FAILURES = (
-    ("nccl_timeout", ("imeout", "timed out", "time out", "Timed out"),
-     re.compile(r"Watchdog caught collective operation timeout|NCCL (?:communicator|operation) "
-                r"timed? ?out|ProcessGroupNCCL.*[Tt]imeout|"
-                r"gloo\S*\] Timed out waiting \d+ms for (?:recv|send) operation")),  # gloo (CPU) collectives
-    ("ray_oom", ("memory pressure",), re.compile(r"killed due to memory pressure \(OOM\)")),
-    ("oomkilled", ("OOMKilled",), re.compile(r"\bOOMKilled\b")),
-    ("oom", ("out of memory", "OutOfMemoryError", "return OOM", "can't allocate memory", "MemoryError"),
-     re.compile(r"CUDA out of memory|OutOfMemoryError|CUDA error: out of memory|"
-                r"TorchMemorySaver::malloc return OOM|"
-                r"DefaultCPUAllocator: can't allocate memory|^\s*(?:\[rank\d+\]:\s*)?MemoryError\b|"  # host RAM
-                r"^attune-local: out of memory")),  # the local backend's memory limit
-    ("assertion", ("AssertionError",), re.compile(r"\bAssertionError\b")),
-    ("argparse", ("error: unrecognized arguments", "error: argument "),
-     re.compile(r": error: (?:unrecognized arguments: |argument \S+: )")),
-)
-# Lines of the in-pod hook wrapper (pod_hooks/wrap.py): they report on hooks, never on the run.
-POD_HOOKS_PREFIX = "attune-pod-hooks:"
+POD_HOOKS_PREFIX = fmt.POD_HOOKS_PREFIX  # lines of the in-pod hook wrapper: never a failure
+
+STEPS_KEPT = 2000
+TAIL_STEPS = 500
+RUN_HEAD_STEPS = 100
+PROBLEM_STEPS = 100
+RECORDS_KEPT = 200
+FAILURES_KEPT = 20
+ERRORS_KEPT = 20
+WARNINGS_KEPT = 50
+MEDIAN_VALUES = 1 << 16  # distinct step times counted for an exact median (they are printed to 0.1 ms)
+
 # The ``cpu`` hook's start-up layer (pod_hooks/cpu.py) says so at start: the run is a real program on a CPU,
 # whose memory report and TFLOP/s figure are stubs (0), so they are unavailable, never 0.
 CPU_LAYER_MARK = "attune-cpu: "
 CPU_UNAVAILABLE = ("unavailable: a CPU run (the attune-cpu layer): the CPU has no CUDA memory counters and Megatron's "
                    "TFLOP/s figure is not measured there")
+PARTIAL_LAST_LINE = "text.partial_last_line"
 
-_KNOWN_FIELDS = {
-    "elapsed time per iteration (ms)": ("elapsed_ms", float),
-    "throughput per GPU (TFLOP/s/GPU)": ("tflops_per_gpu", float),
-    "learning rate": ("lr", float),
-    "global batch size": ("global_batch_size", int),
-    "lm loss": ("lm_loss", float),
-    "number of skipped iterations": ("skipped", int),
-    "number of nan iterations": ("nan", int),
-    "loss scale": ("loss_scale", float),
-    "consumed samples": ("consumed_samples", int),
-}
-
-
-def _number(text: str):
-    """A printed number as int or float; ``nan``/``inf`` stay the strings printed; else None."""
-    text = text.strip()
-    lowered = text.lower()
-    if lowered in ("nan", "inf", "-inf", "+inf"):
-        return lowered.lstrip("+")
-    try:
-        return int(text)
-    except ValueError:
-        pass
-    try:
-        return float(text)
-    except ValueError:
-        return None
+# A word every record, failure or crash line holds; a line with none of them is never parsed. Each costs a
+# pass over the text (about as long as ``grep -c`` takes), so one word stands for many: "emory" for every
+# out-of-memory text, "rror" for assertion, argparse and Python errors.
+WORDS = ("iteration", "(ms)", "Step Time", "global_step", ": {", "out", "emory", "OOMKilled", "rror", "Traceback",
+         "dumped")
+_TIMEOUT = ("ime", "imed ", "ime ")  # "out" counts only after these: "timeout", "timed out", "time out"
+MARK_CHARS = 1 << 20  # the cpu layer's mark is looked for in the log's first MiB: the layer prints it at start
+CHUNK_CHARS = 8 << 20
+LINE_CHARS = 8 * CHUNK_CHARS  # a longer "line" (data without newlines) is parsed in pieces of this size
+# Text that is not a log: characters that did not decode (U+FFFD) or NUL, as a share of those read.
+# A real log holds a few stray bytes; random, compressed or columnar data about half.
+BINARY_SHARE = 0.25
 
 
-def _fields(rest: str) -> dict:
-    out = {}
-    for part in rest.split("|"):
-        name, sep, value = part.partition(":")
-        if sep:
-            out[name.strip()] = value.strip()
-    return out
+class Bounded(object):
+    """The first ``head`` and the last ``tail`` items appended, and how many were."""
+
+    __slots__ = ("head", "tail", "total", "limit")
+
+    def __init__(self, head: int, tail: int):
+        self.head, self.tail, self.total, self.limit = [], deque(maxlen=tail), 0, head
+
+    def append(self, item) -> None:
+        self.total += 1
+        if len(self.head) < self.limit:
+            self.head.append(item)
+        else:
+            self.tail.append(item)
+
+    def items(self) -> list:
+        return self.head + list(self.tail)
+
+    def dropped(self) -> int:
+        return self.total - len(self.head) - len(self.tail)
 
 
-def parse_iteration(line: str) -> Optional[dict]:
-    match = _ITERATION.search(line)
-    if match is None:
-        return None
-    fields = _fields(match.group("rest"))
-    step = {"step": int(match.group("it")), "train_iters": int(match.group("total")),
-            "timestamp": match.group("ts"), "elapsed_ms": None, "tflops_per_gpu": None, "lm_loss": None,
-            "grad_norm": None, "lr": None, "global_batch_size": None, "skipped": None, "nan": None,
-            "losses": {}}
-    for name, text in fields.items():
-        if name in _KNOWN_FIELDS:
-            key, kind = _KNOWN_FIELDS[name]
-            value = _number(text)
-            if isinstance(value, str):
-                step[key] = value
-            elif value is not None:
-                step[key] = kind(value)
-        elif name == "grad norm":
-            value = _number(text)
-            step["grad_norm"] = float(value) if isinstance(value, (int, float)) else value
-        elif "loss" in name:
-            value = _number(text)
-            if value is not None:
-                step["losses"][name] = float(value) if isinstance(value, (int, float)) else value
-    return step
+def _problem(step: dict) -> bool:
+    bad = ("nan", "inf", "-inf")
+    return (step["lm_loss"] in bad or step["grad_norm"] in bad or (step["skipped"] or 0) != 0
+            or (step["nan"] or 0) != 0 or any(value in bad for value in step["losses"].values()))
 
 
-def parse_memory(line: str) -> Optional[dict]:
-    match = _MEMORY.search(line)
-    if match is None:
-        return None
-    fields = _fields(match.group("rest"))
-    record = {"rank": int(match.group("rank")), "after_iterations": int(match.group("after"))}
-    for name, key in (("allocated", "allocated_mb"), ("max allocated", "max_allocated_mb"),
-                      ("reserved", "reserved_mb"), ("max reserved", "max_reserved_mb")):
-        value = _number(fields.get(name, ""))
-        record[key] = float(value) if isinstance(value, (int, float)) else None
-    return record
+class Steps(object):
+    """The steps kept in full (module docstring, **Bounds**), in log order."""
+
+    def __init__(self):
+        self.head, self.run_head, self.problems = [], [], []
+        self.tail = deque(maxlen=TAIL_STEPS)
+        self.total = 0
+        self.run_open = False  # the latest run started past STEPS_KEPT: its first steps are kept
+
+    def add(self, step: dict, new_run: bool) -> None:
+        item = (self.total, step)
+        self.total += 1
+        if len(self.head) < STEPS_KEPT:
+            self.head.append(item)
+            return
+        if new_run:
+            self.run_head, self.run_open = [], True
+        if self.run_open and len(self.run_head) < RUN_HEAD_STEPS:
+            self.run_head.append(item)
+        elif len(self.problems) < PROBLEM_STEPS and _problem(step):
+            self.problems.append(item)
+        self.tail.append(item)
+
+    def items(self) -> list:
+        if self.total <= STEPS_KEPT:
+            return [step for _, step in self.head]
+        kept = dict(self.head)
+        for part in (self.run_head, self.problems, self.tail):
+            kept.update(part)
+        return [kept[seq] for seq in sorted(kept)]
 
 
-def parse_bridge(line: str) -> Optional[dict]:
-    match = _BRIDGE.search(line)
-    if match is None:
-        return None
-    return {"step_time_s": float(match.group("time")), "tflops_per_gpu": float(match.group("tflops")),
-            "unit": match.group("unit")}
+class StepStats(object):
+    """Statistics over every step of a log, in constant memory (the step times' median exactly while
+    they hold at most ``MEDIAN_VALUES`` distinct values)."""
+
+    def __init__(self):
+        self.count, self.first, self.last = 0, None, None
+        self.times, self.time_sum, self.time_count = Counter(), 0.0, 0
+        self.time_min = self.time_max = None
+        self.times_overflow = False
+        self.problems = self.skipped = self.nan = 0
+        self.global_batch_size = None
+
+    def add(self, step: dict) -> None:
+        self.count += 1
+        where = {"step": step["step"], "line_no": step["line_no"]}
+        if self.first is None:
+            self.first = where
+        self.last = where
+        elapsed = step["elapsed_ms"]
+        if isinstance(elapsed, float):
+            self.time_sum += elapsed
+            self.time_count += 1
+            if self.time_min is None or elapsed < self.time_min:
+                self.time_min = elapsed
+            if self.time_max is None or elapsed > self.time_max:
+                self.time_max = elapsed
+            if not self.times_overflow:
+                self.times[elapsed] += 1
+                if len(self.times) > MEDIAN_VALUES:
+                    self.times_overflow, self.times = True, Counter()
+        if _problem(step):
+            self.problems += 1
+        self.skipped += step["skipped"] if isinstance(step["skipped"], int) else 0
+        self.nan += step["nan"] if isinstance(step["nan"], int) else 0
+        if isinstance(step["global_batch_size"], int):
+            self.global_batch_size = step["global_batch_size"]
+
+    def as_dict(self) -> dict:
+        times = {"count": self.time_count, "mean": self.time_sum / self.time_count if self.time_count else None,
+                 "min": self.time_min, "max": self.time_max, "median": None}
+        if self.times_overflow:
+            times["median_unavailable"] = "more than %d distinct step times" % MEDIAN_VALUES
+        elif self.times:
+            times["median"] = _median(sorted(self.times), self.times, self.time_count)
+        return {"steps": self.count, "first": self.first, "last": self.last, "elapsed_ms": times,
+                "problem_steps": self.problems, "skipped_iterations": self.skipped, "nan_iterations": self.nan,
+                "global_batch_size": self.global_batch_size}
 
 
-def _literal_dict(text: str):
-    """A Python repr dict with bare nan/inf, as data; non-finite numbers become strings."""
-    marked = _NON_FINITE_WORD.sub(lambda m: "'__nonfinite__%s%s'" % (m.group(1), m.group(2)), text)
-    value = ast.literal_eval(marked)
-    if not isinstance(value, dict):
-        raise ValueError("not a dict")
-    return {key: (item[len("__nonfinite__"):] if isinstance(item, str) and item.startswith("__nonfinite__")
-                  else item) for key, item in value.items()}
-
-
-def parse_slime(line: str):
-    """(record, None) for a slime step/perf/rollout line, (None, reason) when it cannot be read,
-    (None, None) when the line is something else."""
-    match = _SLIME.search(line)
-    if match is None:
-        if _SLIME_START.search(line):
-            return None, "slime record cut off before its closing brace (a truncated or interleaved line)"
-        return None, None
-    try:
-        data = _literal_dict(match.group("dict"))
-    except (ValueError, SyntaxError) as exc:
-        return None, "slime %s line whose dict cannot be read (%s)" % (match.group("type"), exc.__class__.__name__)
-    return {"line_type": match.group("type"), "index": int(match.group("index")), "data": data,
-            "ray_actor": match.group("actor"), "pid": int(match.group("pid")) if match.group("pid") else None,
-            "ip": match.group("ip"), "timestamp": match.group("ts"), "logger_location": match.group("loc")}, None
-
-
-def failure_kind(line: str) -> Optional[str]:
-    if line.lstrip().startswith(POD_HOOKS_PREFIX):
-        return None
-    for kind, words, pattern in _FAILURES:
-        if any(word in line for word in words) and pattern.search(line):
-            return kind
-    return None
+def _median(ordered: list, counts: Counter, total: int) -> float:
+    wanted = [(total - 1) // 2, total // 2]  # the middle one, or the middle two
+    values, seen = [], 0
+    for value in ordered:
+        seen += counts[value]
+        while wanted and wanted[0] < seen:
+            values.append(value)
+            wanted.pop(0)
+        if not wanted:
+            break
+    return (values[0] + values[1]) / 2.0
 
 
 class _Parser(object):
-    """The per-line logic; the drivers below hand it only lines that can matter."""
+    """The per-line logic; ``feed`` hands it only lines that can matter."""
 
-    def __init__(self):
-        self.out = {"format": None, "device": None, "steps": [], "memory": [], "timers": [], "bridge_steps": [],
-                    "perf": [], "failures": [], "warnings": []}
-        self.formats = set()
-        self.timer_block = None
+    def __init__(self, on_step: Optional[Callable[[dict], None]] = None):
+        self.device, self.formats, self.timer_block = None, set(), None
+        self.steps, self.stats, self.on_step = Steps(), StepStats(), on_step
+        self.memory, self.timers = Bounded(RECORDS_KEPT, RECORDS_KEPT), Bounded(RECORDS_KEPT, RECORDS_KEPT)
+        self.bridge_steps, self.perf = Bounded(RECORDS_KEPT, RECORDS_KEPT), Bounded(RECORDS_KEPT, RECORDS_KEPT)
+        self.failures, self.failure_total = {}, 0
+        self.errors, self.warnings = Bounded(ERRORS_KEPT, ERRORS_KEPT), Bounded(WARNINGS_KEPT, WARNINGS_KEPT)
+        self.last, self.runs, self.run_start, self.redraws, self.cpu_touched = None, 1, None, 0, False
+        self.offset = 0  # characters fed so far
 
-    def line(self, line_no: int, line: str) -> None:
-        out = self.out
+    def step(self, step: dict, line_no: int) -> None:
+        step["line_no"] = line_no
+        key = (step.get("epoch") or 0, step["step"])
+        if self.last is not None and step["source"] == "nemo1" and key == self.last[0]:
+            self.redraws += 1  # tqdm redrew the bar at the same position: the same step
+            return
+        new_run = self.last is not None and key <= self.last[0]
+        if new_run:
+            self.runs += 1
+            self.run_start = {"line_no": line_no, "step": step["step"], "after_step": self.last[1]["step"],
+                              "after_line_no": self.last[1]["line_no"]}
+            self.warnings.append("iteration %d at line %d follows iteration %d at line %d: the log holds more than "
+                                 "one run (a restart or two pasted runs)"
+                                 % (step["step"], line_no, self.last[1]["step"], self.last[1]["line_no"]))
+        self.last = (key, step)
+        if self.device == "cpu" and step["tflops_per_gpu"] is not None:
+            step["tflops_per_gpu"], self.cpu_touched = None, True
+        self.formats.add(step["source"])
+        self.stats.add(step)
+        self.steps.add(step, new_run)
+        if self.on_step is not None:
+            self.on_step(step)
+
+    def line(self, line_no: int, line: str, cut: bool = False) -> None:
         if self.timer_block is not None:
-            row = _TIMER_ROW.match(line)
+            row = fmt.TIMER_ROW.match(line)
             if row:
                 self.timer_block["values"][row.group("name")] = [float(row.group("min")), float(row.group("max"))]
                 return
             self.timer_block = None
-        if _TIMER_BLOCK in line:
+        if fmt.TIMER_BLOCK in line:
             self.timer_block = {"line_no": line_no, "format": "minmax", "values": {}}
-            out["timers"].append(self.timer_block)
+            self.timers.append(self.timer_block)
             self.formats.add("megatron")
             return
         if CPU_LAYER_MARK in line and line.lstrip().startswith(CPU_LAYER_MARK):
-            out["device"] = "cpu"
+            self.device = "cpu"
             return
+        if not self.record(line_no, line, cut):
+            return
+        kind = failure_kind(line)
+        if kind is not None:
+            self.failure_total += 1
+            self.failures.setdefault(kind, Bounded(FAILURES_KEPT, FAILURES_KEPT)).append(
+                {"kind": kind, "line_no": line_no, "line": line})
+        elif any(word in line for word in fmt.CRASH_WORDS) and fmt.is_crash(line):
+            self.errors.append({"line_no": line_no, "line": line})
+
+    def record(self, line_no: int, line: str, cut: bool) -> bool:
+        """Read the record a line holds; whether the line may also hold a failure (text glued after a
+        progress bar or an iteration line is read; a memory, timer or slime line is only that)."""
         if "iteration" in line:
-            step = parse_iteration(line)
+            step = parse_iteration(line, cut)
             if step is not None:
-                step["line_no"] = line_no
-                out["steps"].append(step)
-                self.formats.add("megatron")
-                return
-        if "memory (MB)" in line:
-            memory = parse_memory(line)
-            if memory is not None:
-                memory["line_no"] = line_no
-                out["memory"].append(memory)
-                return
+                self.step(step, line_no)
+                return True
+            if "memory (MB)" in line:
+                memory = parse_memory(line, cut)
+                if memory is not None:
+                    memory["line_no"] = line_no
+                    self.memory.append(memory)
+                    return False
+        if "Epoch " in line and "global_step" in line:
+            for step in fmt.parse_bar(line):
+                self.step(step, line_no)
         if "time (ms)" in line:
-            inline = _TIMER_INLINE.search(line)
+            inline = fmt.TIMER_INLINE.search(line)
             if inline:
-                values = {name: _number(text) for name, text in _fields(inline.group("rest")).items()}
-                out["timers"].append({"line_no": line_no, "format": "inline_ms", "values": values})
-                return
+                values = {name: fmt.number(text) for name, text in fmt.fields(inline.group("rest"), cut).items()}
+                self.timers.append({"line_no": line_no, "format": "inline_ms", "values": values})
+                return False
         if "Step Time" in line:
             bridge = parse_bridge(line)
             if bridge is not None:
                 bridge["line_no"] = line_no
-                bridge["ordinal"] = len(out["bridge_steps"]) + 1
-                out["bridge_steps"].append(bridge)
+                bridge["ordinal"] = self.bridge_steps.total + 1
+                self.bridge_steps.append(bridge)
                 self.formats.add("megatron-bridge")
-                return
+                return False
         if ": {" in line:
-            record, problem = parse_slime(line)
+            record, problem = fmt.parse_slime(line)
             if record is not None:
                 record["line_no"] = line_no
-                out["perf"].append(record)
+                self.perf.append(record)
                 self.formats.add("slime")
-                return
+                return False
             if problem:
-                out["warnings"].append("line %d: %s" % (line_no, problem))
-        kind = failure_kind(line)
-        if kind is not None:
-            out["failures"].append({"kind": kind, "line_no": line_no, "line": line})
+                self.warnings.append("line %d: %s" % (line_no, problem))
+        return True
 
-    def feed(self, text: str, line_no: int) -> int:
-        """Parse ``text`` (whole lines; its first line is number ``line_no``); return the number
-        of the line after it. Lines with none of the words any record or failure needs are
-        skipped by one regular-expression scan (most of a large log is chatter)."""
-        pos, size = 0, len(text)
-        while pos < size:
-            if self.timer_block is not None:  # timer rows carry no keyword: read them one by one
-                end = text.find("\n", pos)
-                end = size if end < 0 else end
-                self.line(line_no, text[pos:end].rstrip("\r"))
-                line_no, pos = line_no + 1, end + 1
-                continue
-            match = _INTERESTING.search(text, pos)
-            if match is None:
-                return line_no + text.count("\n", pos)
-            before = text.rfind("\n", pos, match.start())
-            start = pos if before < 0 else before + 1
+    def feed(self, text: str, line_no: int, begin: int = 0, end: Optional[int] = None, cut_last: bool = False) -> int:
+        """Parse ``text[begin:end]`` (whole lines; its first line is number ``line_no``; ``cut_last``:
+        its last line has no newline and may end mid-value); return the number of the line after it."""
+        find, rfind = text.find, text.rfind
+        size = len(text) if end is None else end
+        starts = set()
+        words = WORDS if self.offset >= MARK_CHARS else WORDS + (CPU_LAYER_MARK,)
+        for word in words:  # one C-speed pass per word; only lines holding one are parsed
+            limit = size if word is not CPU_LAYER_MARK else min(size, begin + MARK_CHARS - self.offset)
+            pos = find(word, begin, limit)
+            while pos >= 0:
+                if word == "out" and not text.endswith(_TIMEOUT, begin, pos):
+                    pos = find(word, pos + 3, limit)
+                    continue
+                starts.add(rfind("\n", begin, pos) + 1 or begin)
+                pos = find("\n", pos, size)
+                if pos < 0:
+                    break
+                pos = find(word, pos, limit)
+        self.offset += size - begin
+        pos = begin  # the start of line number ``line_no``
+        if self.timer_block is not None:
+            pos, line_no = self._rows(text, pos, size, line_no, cut_last)
+        for start in sorted(starts):
+            if start < pos:
+                continue  # read already, as a row of a timer block
             line_no += text.count("\n", pos, start)
-            end = text.find("\n", match.end())
-            end = size if end < 0 else end
-            self.line(line_no, text[start:end].rstrip("\r"))
-            line_no, pos = line_no + 1, end + 1
-        return line_no
+            stop = find("\n", start, size)
+            stop = size if stop < 0 else stop
+            self.line(line_no, text[start:stop].rstrip("\r"), cut_last and stop == size)
+            pos, line_no = stop + 1, line_no + 1
+            if self.timer_block is not None:
+                pos, line_no = self._rows(text, pos, size, line_no, cut_last)
+        if pos > size:  # the last line read had no newline: the next line is the rest of it
+            return line_no - 1
+        return line_no + text.count("\n", pos, size)
 
-    def result(self) -> dict:
-        self.out["format"] = "+".join(sorted(self.formats)) if self.formats else None
-        if self.out["device"] == "cpu":
-            _cpu_unavailable(self.out)
-        _warn_about_steps(self.out)
-        return self.out
+    def _rows(self, text: str, pos: int, size: int, line_no: int, cut_last: bool):
+        """Timer rows carry no keyword: read the lines after a timer block's header one by one."""
+        while self.timer_block is not None and pos < size:
+            stop = text.find("\n", pos, size)
+            stop = size if stop < 0 else stop
+            self.line(line_no, text[pos:stop].rstrip("\r"), cut_last and stop == size)
+            pos, line_no = stop + 1, line_no + 1
+        return pos, line_no
+
+    def result(self, text: dict) -> dict:
+        failures = sorted((item for kept in self.failures.values() for item in kept.items()),
+                          key=lambda failure: failure["line_no"])
+        out = {"format": "+".join(sorted(self.formats)) if self.formats else None, "device": self.device,
+               "steps": self.steps.items(), "memory": self.memory.items(), "timers": self.timers.items(),
+               "bridge_steps": self.bridge_steps.items(), "perf": self.perf.items(), "failures": failures,
+               "errors": self.errors.items(), "text": text}
+        summary = self.stats.as_dict()
+        summary.update(runs=self.runs, last_run_start=self.run_start, bar_redraws=self.redraws)
+        out["summary"] = summary
+        warnings = self.warnings.items()
+        if self.warnings.dropped():
+            warnings.insert(WARNINGS_KEPT, "warnings.bounded: %d more warnings not shown (the first %d and the last %d "
+                                           "are)" % (self.warnings.dropped(), WARNINGS_KEPT, WARNINGS_KEPT))
+        if self.steps.total > len(out["steps"]):
+            warnings.append("steps.bounded: %d steps read, %d kept in full (the first %d, the first %d of the last run "
+                            "begun after them, the first %d with a problem and the last %d); summary covers all"
+                            % (self.steps.total, len(out["steps"]), STEPS_KEPT, RUN_HEAD_STEPS, PROBLEM_STEPS,
+                               TAIL_STEPS))
+        for name, kept, keep in (("memory", self.memory, RECORDS_KEPT), ("timers", self.timers, RECORDS_KEPT),
+                                 ("bridge_steps", self.bridge_steps, RECORDS_KEPT), ("perf", self.perf, RECORDS_KEPT),
+                                 ("errors", self.errors, ERRORS_KEPT)):
+            if kept.dropped():
+                warnings.append("%s.bounded: %d read, the first %d and the last %d kept" % (name, kept.total, keep, keep))
+        if self.failure_total > len(failures):
+            warnings.append("failures.bounded: %d read, the first %d and the last %d of each kind kept"
+                            % (self.failure_total, FAILURES_KEPT, FAILURES_KEPT))
+        if text.get("partial_last_line"):
+            partial = text["partial_last_line"]
+            warnings.append("%s: line %d has no newline yet (%d characters): not read, as a line still being written; "
+                            "read it with complete=True (attune metrics --complete) once the run has ended"
+                            % (PARTIAL_LAST_LINE, partial["line_no"], partial["chars"]))
+        out["warnings"] = warnings
+        out["counts"] = {"steps": self.steps.total, "memory": self.memory.total, "timers": self.timers.total,
+                         "bridge_steps": self.bridge_steps.total, "perf": self.perf.total,
+                         "failures": self.failure_total, "errors": self.errors.total, "warnings": self.warnings.total}
+        if self.device == "cpu":
+            _cpu_unavailable(out, self.cpu_touched)
+        return out
 
 
-def _cpu_unavailable(out: dict) -> None:
+def _cpu_unavailable(out: dict, touched: bool) -> None:
     """A CPU run's memory report and TFLOP/s: None with the reason, never the stubs' 0."""
-    touched = False
     for record in out["memory"]:
         for key in ("allocated_mb", "max_allocated_mb", "reserved_mb", "max_reserved_mb"):
             touched = touched or record.get(key) is not None
@@ -301,58 +398,74 @@ def _cpu_unavailable(out: dict) -> None:
         out["warnings"].append("memory (MB) and TFLOP/s/GPU are %s" % CPU_UNAVAILABLE)
 
 
-_INTERESTING = re.compile("|".join(re.escape(word) for word in (
-    ("iteration", "memory (MB)", "time (ms)", "Step Time", ": {", _TIMER_BLOCK, CPU_LAYER_MARK)
-    + tuple(word for _kind, words, _pattern in _FAILURES for word in words))))
-CHUNK_CHARS = 8 << 20
+def _text_counts(block: str) -> int:
+    """Characters that did not decode (U+FFFD) or are NUL (an ASCII text can hold only the latter)."""
+    nul = block.count("\x00") if "\x00" in block else 0  # ``in`` is a memchr: fast where there is none
+    return nul + (0 if block.isascii() else block.count("\ufffd"))
 
 
-def parse_lines(lines: Iterable[str]) -> dict:
-    """Parse an iterable of lines (each ending in a newline but perhaps the last)."""
-    parser = _Parser()
-    parser.feed("".join(lines), 1)
-    return parser.result()
+def _finish(parser: _Parser, carry: str, line_no: int, text: dict, complete: bool) -> dict:
+    """Read or hold back the text after the last newline, and build the result."""
+    text["partial_last_line"] = None
+    if carry:
+        if complete:
+            parser.feed(carry, line_no, cut_last=True)
+        else:
+            text["partial_last_line"] = {"line_no": line_no, "chars": len(carry)}
+    text["lines"] = line_no - 1 + (1 if carry else 0)
+    text["complete"] = complete
+    return parser.result(text)
 
 
-# Text that is not a log: characters that did not decode (U+FFFD) or NUL, as a share of those read.
-# A real log holds a few stray bytes; random, compressed or columnar data about half.
-BINARY_SHARE = 0.25
-LINE_CHARS = 8 * CHUNK_CHARS  # a longer "line" (data without newlines) is parsed in pieces of this size
+def parse_lines(lines: Iterable[str], complete: bool = False, on_step=None) -> dict:
+    """Parse an iterable of lines (each ending in a newline but perhaps the last), as ``parse_file``
+    parses a file of that text (without its ``path``)."""
+    parser = _Parser(on_step)
+    whole = "".join(lines)
+    cut = whole.rfind("\n") + 1
+    text = {"chars": len(whole), "undecodable": _text_counts(whole), "stopped": False}
+    return _finish(parser, whole[cut:], parser.feed(whole, 1, 0, cut), text, complete)
 
 
-def parse_file(path) -> dict:
-    """Parse a log file in chunks of whole lines (memory bounded by the chunk and the records
-    found, not the file); undecodable bytes are replaced, not fatal, and counted in
-    ``text`` (``chars``, ``undecodable``: U+FFFD or NUL, ``stopped``: reading ended early because
-    the first chunk was mostly binary). ``refusal`` says whether the result is a log at all."""
-    parser = _Parser()
+def parse_file(path, complete: bool = False, on_step=None) -> dict:
+    """Parse a log file in chunks of whole lines (memory bounded by the chunk and the bounds, not the
+    file); undecodable bytes are replaced, not fatal, and counted in ``text`` (``chars``,
+    ``undecodable``: U+FFFD or NUL, ``stopped``: reading ended early because the first chunk was mostly
+    binary, ``lines``, ``complete``, ``partial_last_line``). ``refusal`` says whether the result is a
+    log at all; ``complete`` and ``on_step``: the module docstring."""
+    parser = _Parser(on_step)
     line_no = 1
     text = {"chars": 0, "undecodable": 0, "stopped": False}
+    carry = ""
     with open(path, "r", encoding="utf-8", errors="replace", newline="") as handle:
-        carry = ""
         while True:
             block = handle.read(CHUNK_CHARS)
             if not block:
                 break
             first = text["chars"] == 0
             text["chars"] += len(block)
-            text["undecodable"] += block.count("\ufffd") + block.count("\x00")
+            text["undecodable"] += _text_counts(block)
             if first and text["undecodable"] > BINARY_SHARE * text["chars"] and len(block) == CHUNK_CHARS:
                 text["stopped"] = True  # a large file that starts as binary: no need to read the rest
                 break
-            block = carry + block
-            cut = block.rfind("\n") + 1
-            if cut == 0 and len(block) < LINE_CHARS:  # one line longer than a chunk: keep reading until it ends
-                carry = block
+            begin = 0
+            if carry:  # the line the last block ended in: finish it first
+                newline = block.find("\n")
+                if newline < 0:
+                    if len(carry) + len(block) < LINE_CHARS:  # a line longer than a block: keep reading
+                        carry += block
+                    else:  # data without newlines: parsed in pieces, each maybe cut mid-value
+                        line_no, carry = parser.feed(carry + block, line_no, cut_last=True), ""
+                    continue
+                line_no, carry, begin = parser.feed(carry + block[:newline + 1], line_no), "", newline + 1
+            cut = block.rfind("\n", begin) + 1
+            if cut == 0:
+                carry = block[begin:]
                 continue
-            cut = cut or len(block)
+            line_no = parser.feed(block, line_no, begin, cut)  # in place: no copy of the block
             carry = block[cut:]
-            line_no = parser.feed(block[:cut], line_no)
-        if carry:
-            parser.feed(carry, line_no)
-    result = parser.result()
+    result = _finish(parser, carry, line_no, text, complete)
     result["path"] = str(path)
-    result["text"] = text
     return result
 
 
@@ -367,10 +480,15 @@ def refusal(parsed: dict) -> Optional[str]:
     if undecodable > BINARY_SHARE * chars:
         return "mostly binary (%d%% of the %s characters read are not UTF-8 text)" % (
             round(100.0 * undecodable / chars), "first %d" % chars if text.get("stopped") else "%d" % chars)
-    if not any(parsed.get(key) for key in ("steps", "memory", "timers", "bridge_steps", "perf", "failures",
-                                          "warnings")):
+    warnings = [w for w in parsed.get("warnings", ()) if not w.startswith(PARTIAL_LAST_LINE)]
+    if not warnings and not any(parsed.get(key) for key in ("steps", "memory", "timers", "bridge_steps", "perf",
+                                                            "failures")):
         return "holds no Megatron-LM, Megatron-Bridge or slime record and no failure this parser recognises"
     return None
+
+
+def _key(step: dict) -> tuple:
+    return step.get("epoch") or 0, step["step"]
 
 
 def last_run_start(steps: list) -> int:
@@ -378,18 +496,21 @@ def last_run_start(steps: list) -> int:
     went back (a restarted pod, or two runs in one log); 0 when the log holds one run."""
     start = 0
     for index in range(1, len(steps)):
-        if steps[index]["step"] <= steps[index - 1]["step"]:
+        if _key(steps[index]) <= _key(steps[index - 1]):
             start = index
     return start
 
 
-def _warn_about_steps(out: dict) -> None:
-    seen = {}
-    for step in out["steps"]:
-        number = step["step"]
-        if number in seen:
-            out["warnings"].append("iteration %d appears at lines %d and %d: the log holds more than one run "
-                                   "(a restart or two pasted runs)" % (number, seen[number], step["line_no"]))
-        seen[number] = step["line_no"]
-
-
+def last_run(parsed: dict) -> tuple:
+    """The kept steps of the log's last run, and where it starts (``summary.last_run_start``: line,
+    iteration and the iteration before it; None when the log holds one run). The restart is found
+    while reading, so it is right even where the steps around it were not kept."""
+    steps = parsed.get("steps", [])
+    start = (parsed.get("summary") or {}).get("last_run_start")
+    if start is None:
+        index = last_run_start(steps)  # a result built by hand, without a summary
+        if not index:
+            return steps, None
+        start = {"line_no": steps[index]["line_no"], "step": steps[index]["step"],
+                 "after_step": steps[index - 1]["step"], "after_line_no": steps[index - 1]["line_no"]}
+    return [step for step in steps if step["line_no"] >= start["line_no"]], start

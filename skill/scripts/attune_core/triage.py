@@ -13,7 +13,7 @@ import dataclasses
 import re
 from typing import Iterable, Optional
 
-from .logparse import POD_HOOKS_PREFIX
+from .logformats import is_crash
 
 # name -> (what it means, what the agent does next); the order is the order of precedence.
 CLASSES = {
@@ -47,8 +47,6 @@ _IMAGE_PULL = re.compile(r"ErrImagePull|ImagePullBackOff|Failed to pull image|In
 _CONFIG = re.compile(r"is not divisible by|must be divisible|CUDA_DEVICE_MAX_CONNECTIONS|"
                      r"error: unrecognized arguments|error: argument|requires? (?:setting|--)|"
                      r"not supported (?:with|by|for|when)|cannot be used with|must be (?:set|enabled|specified)")
-_CRASH = re.compile(r"Traceback \(most recent call last\)|\b\w+Error: |Segmentation fault|core dumped|"
-                    r"terminate called|ChildFailedError|exitcode\s*:\s*-?[1-9]")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -79,7 +77,7 @@ def classify(parsed: dict, exit_code: Optional[int] = None, events: Iterable[str
     """The failure class of a run, or None when nothing shows a failure.
 
     ``parsed`` is ``logparse`` output; ``log_lines`` (optional) lets a crash name its traceback
-    line when no failure record did."""
+    line when no failure record did; without them the crash lines the parser kept (``errors``) do."""
     steps = parsed.get("steps", [])
     # A run that exited 0 and logged iterations ran: events (a transient FailedScheduling, a retried
     # image pull) only explain a run that did not.
@@ -123,10 +121,14 @@ def classify(parsed: dict, exit_code: Optional[int] = None, events: Iterable[str
     if log_lines and not completed:
         for number in range(len(log_lines), 0, -1):  # the last error line is the one that ended it
             line = log_lines[number - 1]
-            if _CRASH.search(line) and not line.lstrip().startswith(POD_HOOKS_PREFIX):
+            if is_crash(line):
                 if exit_code not in (None, 0) or number > len(log_lines) - 200:
                     return _make("crash", line, number, "log")
                 break
+    elif parsed.get("errors") and not completed:  # a log too large to hold as lines: the parser's crash lines
+        last, lines = parsed["errors"][-1], (parsed.get("text") or {}).get("lines") or 0
+        if exit_code not in (None, 0) or last["line_no"] > lines - 200:
+            return _make("crash", last["line"], last["line_no"], "log")
     if exit_code not in (None, 0):
         return _make("crash", "the process exited with code %d" % exit_code, None, "exit_code")
     return None
