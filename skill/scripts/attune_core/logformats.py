@@ -11,8 +11,9 @@ real lines under tests/data/logs, each with its source):
 * NeMo 2's ``Training epoch E, iteration N/M | lr: ... | global_batch_size: ... | reduced_train_loss: ...
   | train_step_timing in s: ...`` (underscored names, seconds).
 * NeMo 1's Lightning progress bar ``Epoch E: 10%|█ | N/M [00:10<01:30, ..., reduced_train_loss=...,
-  global_step=..., consumed_samples=..., train_step_timing in s=...]``, every redraw of it on one line
-  (tqdm separates them with carriage returns), with text glued after its closing bracket.
+  global_step=..., consumed_samples=..., train_step_timing in s=...]`` (and any Lightning ``Epoch`` bar
+  that shows a loss), every redraw of it on one line (tqdm separates them with carriage returns), with
+  text glued after its closing bracket. Its step is the bar's position N, as printed.
 * Megatron-LM memory reports, one-line timers, Megatron-Bridge ``Step Time`` lines, slime
   ``step``/``perf``/``rollout`` dicts, and failure lines (``failure_kind``) and crash lines (``is_crash``).
 
@@ -56,7 +57,7 @@ FAILURES = (
                 r"gloo\S*\] Timed out waiting \d+ms for (?:recv|send) operation")),  # gloo (CPU) collectives
     ("ray_oom", ("memory pressure",), re.compile(r"killed due to memory pressure \(OOM\)")),
     ("oomkilled", ("OOMKilled",), re.compile(r"\bOOMKilled\b")),
-    ("oom", ("out of memory", "OutOfMemoryError", "return OOM", "can't allocate memory", "MemoryError"),
+    ("oom", ("out of memory", "OutOfMemoryError", "MemorySaver::malloc return OOM", "can't allocate memory", "MemoryError"),
      re.compile(r"CUDA out of memory|OutOfMemoryError|CUDA error: out of memory|"
                 r"TorchMemorySaver::malloc return OOM|"
                 r"DefaultCPUAllocator: can't allocate memory|^\s*(?:\[rank\d+\]:\s*)?MemoryError\b|"  # host RAM
@@ -207,10 +208,12 @@ def parse_bar(line: str) -> list:
     for match in _BAR.finditer(line):
         inner = match.group("inner").split(", ")
         pairs = [part.partition("=") for part in inner]
-        if not any(sep and name.strip() in _NEMO_BAR_FIELDS for name, sep, _ in pairs):
-            continue  # a bar without NeMo's training metrics: not a NeMo step report
+        names = [name.strip() for name, sep, _ in pairs if sep]
+        nemo = any(name in _NEMO_BAR_FIELDS for name in names)
+        if not nemo and not any("loss" in name for name in names):
+            continue  # a bar with no training metric (data loading, a validation pass): not a step report
         total = match.group("total")
-        step = new_step(int(match.group("it")), int(total) if total else None, "nemo1")
+        step = new_step(int(match.group("it")), int(total) if total else None, "nemo1" if nemo else "lightning")
         step["epoch"] = int(match.group("epoch"))
         for index, (name, sep, value) in enumerate(pairs):
             if sep:

@@ -61,7 +61,7 @@ PARTIAL_LAST_LINE = "text.partial_last_line"
 # A word every record, failure or crash line holds; a line with none of them is never parsed. Each costs a
 # pass over the text (about as long as ``grep -c`` takes), so one word stands for many: "emory" for every
 # out-of-memory text, "rror" for assertion, argparse and Python errors.
-WORDS = ("iteration", "(ms)", "Step Time", "global_step", ": {", "out", "emory", "OOMKilled", "rror", "Traceback",
+WORDS = ("iteration", "(ms)", "Step Time", "Epoch ", ": {", "out", "emory", "OOMKilled", "rror", "Traceback",
          "dumped")
 _TIMEOUT = ("ime", "imed ", "ime ")  # "out" counts only after these: "timeout", "timed out", "time out"
 MARK_CHARS = 1 << 20  # the cpu layer's mark is looked for in the log's first MiB: the layer prints it at start
@@ -210,7 +210,7 @@ class _Parser(object):
     def step(self, step: dict, line_no: int) -> None:
         step["line_no"] = line_no
         key = (step.get("epoch") or 0, step["step"])
-        if self.last is not None and step["source"] == "nemo1" and key == self.last[0]:
+        if self.last is not None and step["source"] in ("nemo1", "lightning") and key == self.last[0]:
             self.redraws += 1  # tqdm redrew the bar at the same position: the same step
             return
         new_run = self.last is not None and key <= self.last[0]
@@ -269,7 +269,7 @@ class _Parser(object):
                     memory["line_no"] = line_no
                     self.memory.append(memory)
                     return False
-        if "Epoch " in line and "global_step" in line:
+        if "Epoch " in line:
             for step in fmt.parse_bar(line):
                 self.step(step, line_no)
         if "time (ms)" in line:
