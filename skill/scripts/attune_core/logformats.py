@@ -68,7 +68,8 @@ FAILURES = (
 )
 # A line that shows a process ending in an error no failure kind names (a Python traceback, Hydra's
 # "Error executing job", a C++ abort): the evidence a crash leaves, kept for triage.
-CRASH_WORDS = ("Traceback", "rror", "dumped")  # "terminate called" and torchrun's "exitcode" come with an Error
+# "terminate called", torchrun's "exitcode" and a shell's "(core dumped)" come with or after a line naming an Error
+CRASH_WORDS = ("Traceback", "rror")
 _CRASH = re.compile(r"Traceback \(most recent call last\)|Error executing job|\b\w+Error: |Segmentation fault|"
                     r"core dumped|terminate called|ChildFailedError|exitcode\s*:\s*-?[1-9]")
 # Lines of the in-pod hook wrapper (pod_hooks/wrap.py): they report on hooks, never on the run.

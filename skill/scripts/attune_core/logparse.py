@@ -61,11 +61,14 @@ PARTIAL_LAST_LINE = "text.partial_last_line"
 # A word every record, failure or crash line holds; a line with none of them is never parsed. Each costs a
 # pass over the text (about as long as ``grep -c`` takes), so one word stands for many: "emory" for every
 # out-of-memory text, "rror" for assertion, argparse and Python errors.
-WORDS = ("iteration", "(ms)", "Step Time", "Epoch ", ": {", "out", "emory", "OOMKilled", "rror", "Traceback",
-         "dumped")
+WORDS = ("iteration", "(ms)", "Step Time", "Epoch ", ": {", "out", "emory", "OOMKilled", "rror", "Traceback")
 _TIMEOUT = ("ime", "imed ", "ime ")  # "out" counts only after these: "timeout", "timed out", "time out"
+# The log is searched as UTF-8 bytes (a text with one non-ASCII character would take 2 or 4 bytes a character
+# as a str, and be slower to search); only the lines found are decoded.
+_WORDS = tuple(word.encode() for word in WORDS)
+_OUT, _TIMEOUT_BYTES, _MARK = b"out", tuple(prefix.encode() for prefix in _TIMEOUT), CPU_LAYER_MARK.encode()
 MARK_CHARS = 1 << 20  # the cpu layer's mark is looked for in the log's first MiB: the layer prints it at start
-CHUNK_CHARS = 8 << 20
+CHUNK_CHARS = 8 << 20  # bytes read at a time
 LINE_CHARS = 8 * CHUNK_CHARS  # a longer "line" (data without newlines) is parsed in pieces of this size
 # Text that is not a log: characters that did not decode (U+FFFD) or NUL, as a share of those read.
 # A real log holds a few stray bytes; random, compressed or columnar data about half.
@@ -297,49 +300,51 @@ class _Parser(object):
                 self.warnings.append("line %d: %s" % (line_no, problem))
         return True
 
-    def feed(self, text: str, line_no: int, begin: int = 0, end: Optional[int] = None, cut_last: bool = False) -> int:
-        """Parse ``text[begin:end]`` (whole lines; its first line is number ``line_no``; ``cut_last``:
-        its last line has no newline and may end mid-value); return the number of the line after it."""
-        find, rfind = text.find, text.rfind
-        size = len(text) if end is None else end
+    def feed(self, data: bytes, line_no: int, begin: int = 0, end: Optional[int] = None,
+             cut_last: bool = False) -> int:
+        """Parse ``data[begin:end]`` (UTF-8, whole lines; its first line is number ``line_no``;
+        ``cut_last``: its last line has no newline and may end mid-value); return the number of the line
+        after it."""
+        find, rfind = data.find, data.rfind
+        size = len(data) if end is None else end
         starts = set()
-        words = WORDS if self.offset >= MARK_CHARS else WORDS + (CPU_LAYER_MARK,)
+        words = _WORDS if self.offset >= MARK_CHARS else _WORDS + (_MARK,)
         for word in words:  # one C-speed pass per word; only lines holding one are parsed
-            limit = size if word is not CPU_LAYER_MARK else min(size, begin + MARK_CHARS - self.offset)
+            limit = size if word is not _MARK else min(size, begin + MARK_CHARS - self.offset)
             pos = find(word, begin, limit)
             while pos >= 0:
-                if word == "out" and not text.endswith(_TIMEOUT, begin, pos):
+                if word == _OUT and not data.endswith(_TIMEOUT_BYTES, begin, pos):
                     pos = find(word, pos + 3, limit)
                     continue
-                starts.add(rfind("\n", begin, pos) + 1 or begin)
-                pos = find("\n", pos, size)
+                starts.add(rfind(b"\n", begin, pos) + 1 or begin)
+                pos = find(b"\n", pos, size)
                 if pos < 0:
                     break
                 pos = find(word, pos, limit)
         self.offset += size - begin
         pos = begin  # the start of line number ``line_no``
         if self.timer_block is not None:
-            pos, line_no = self._rows(text, pos, size, line_no, cut_last)
+            pos, line_no = self._rows(data, pos, size, line_no, cut_last)
         for start in sorted(starts):
             if start < pos:
                 continue  # read already, as a row of a timer block
-            line_no += text.count("\n", pos, start)
-            stop = find("\n", start, size)
+            line_no += data.count(b"\n", pos, start)
+            stop = find(b"\n", start, size)
             stop = size if stop < 0 else stop
-            self.line(line_no, text[start:stop].rstrip("\r"), cut_last and stop == size)
+            self.line(line_no, _decode(data[start:stop]), cut_last and stop == size)
             pos, line_no = stop + 1, line_no + 1
             if self.timer_block is not None:
-                pos, line_no = self._rows(text, pos, size, line_no, cut_last)
+                pos, line_no = self._rows(data, pos, size, line_no, cut_last)
         if pos > size:  # the last line read had no newline: the next line is the rest of it
             return line_no - 1
-        return line_no + text.count("\n", pos, size)
+        return line_no + data.count(b"\n", pos, size)
 
-    def _rows(self, text: str, pos: int, size: int, line_no: int, cut_last: bool):
+    def _rows(self, data: bytes, pos: int, size: int, line_no: int, cut_last: bool):
         """Timer rows carry no keyword: read the lines after a timer block's header one by one."""
         while self.timer_block is not None and pos < size:
-            stop = text.find("\n", pos, size)
+            stop = data.find(b"\n", pos, size)
             stop = size if stop < 0 else stop
-            self.line(line_no, text[pos:stop].rstrip("\r"), cut_last and stop == size)
+            self.line(line_no, _decode(data[pos:stop]), cut_last and stop == size)
             pos, line_no = stop + 1, line_no + 1
         return pos, line_no
 
@@ -398,20 +403,24 @@ def _cpu_unavailable(out: dict, touched: bool) -> None:
         out["warnings"].append("memory (MB) and TFLOP/s/GPU are %s" % CPU_UNAVAILABLE)
 
 
+def _decode(line: bytes) -> str:
+    return line.decode("utf-8", "replace").rstrip("\r")
+
+
 def _text_counts(block: str) -> int:
     """Characters that did not decode (U+FFFD) or are NUL (an ASCII text can hold only the latter)."""
     nul = block.count("\x00") if "\x00" in block else 0  # ``in`` is a memchr: fast where there is none
     return nul + (0 if block.isascii() else block.count("\ufffd"))
 
 
-def _finish(parser: _Parser, carry: str, line_no: int, text: dict, complete: bool) -> dict:
+def _finish(parser: _Parser, carry: bytes, line_no: int, text: dict, complete: bool) -> dict:
     """Read or hold back the text after the last newline, and build the result."""
     text["partial_last_line"] = None
     if carry:
         if complete:
             parser.feed(carry, line_no, cut_last=True)
         else:
-            text["partial_last_line"] = {"line_no": line_no, "chars": len(carry)}
+            text["partial_last_line"] = {"line_no": line_no, "chars": len(_decode(carry))}
     text["lines"] = line_no - 1 + (1 if carry else 0)
     text["complete"] = complete
     return parser.result(text)
@@ -422,43 +431,84 @@ def parse_lines(lines: Iterable[str], complete: bool = False, on_step=None) -> d
     parses a file of that text (without its ``path``)."""
     parser = _Parser(on_step)
     whole = "".join(lines)
-    cut = whole.rfind("\n") + 1
-    text = {"chars": len(whole), "undecodable": _text_counts(whole), "stopped": False}
-    return _finish(parser, whole[cut:], parser.feed(whole, 1, 0, cut), text, complete)
+    data = whole.encode("utf-8", "surrogateescape")
+    text = {"chars": len(whole), "undecodable": _text_counts(whole), "stopped": False, "bytes": len(data)}
+    cut = data.rfind(b"\n") + 1
+    return _finish(parser, data[cut:], parser.feed(data, 1, 0, cut), text, complete)
+
+
+class _Counter(object):
+    """Characters read and those that did not decode (U+FFFD) or are NUL, counted as the bytes arrive. An
+    ASCII block needs no decoding; valid UTF-8 is decoded once, strictly, and counted as bytes; only a block
+    with undecodable bytes is decoded with replacement characters and counted as text."""
+
+    def __init__(self, text: dict):
+        self.text, self.pending = text, b""  # the start of a character cut by the block's end
+
+    def add(self, block: bytes, final: bool = False) -> None:
+        text = self.text
+        if not self.pending and block.isascii():
+            text["chars"] += len(block)
+            text["undecodable"] += block.count(b"\x00") if b"\x00" in block else 0
+            return
+        data = self.pending + block
+        cut = len(data) if final else _char_end(data)
+        data, self.pending = data[:cut], data[cut:]
+        try:
+            text["chars"] += len(data.decode("utf-8"))
+            text["undecodable"] += data.count(b"\xef\xbf\xbd") + (data.count(b"\x00") if b"\x00" in data else 0)
+        except UnicodeDecodeError:
+            chars = data.decode("utf-8", "replace")
+            text["chars"] += len(chars)
+            text["undecodable"] += _text_counts(chars)
+
+
+def _char_end(data: bytes) -> int:
+    """Where the last whole UTF-8 character of ``data`` ends (a block may end inside one)."""
+    for back in range(1, min(4, len(data)) + 1):
+        byte = data[-back]
+        if byte < 0x80:
+            return len(data)
+        if byte >= 0xC0:  # a lead byte: the character needs 2, 3 or 4 bytes
+            need = 2 if byte < 0xE0 else 3 if byte < 0xF0 else 4
+            return len(data) if back >= need else len(data) - back
+    return len(data)
 
 
 def parse_file(path, complete: bool = False, on_step=None) -> dict:
-    """Parse a log file in chunks of whole lines (memory bounded by the chunk and the bounds, not the
-    file); undecodable bytes are replaced, not fatal, and counted in ``text`` (``chars``,
-    ``undecodable``: U+FFFD or NUL, ``stopped``: reading ended early because the first chunk was mostly
+    """Parse a log file in blocks of whole lines (memory bounded by the block and the bounds, not the
+    file); undecodable bytes are replaced, not fatal, and counted in ``text`` (``bytes`` and ``chars`` read,
+    ``undecodable``: U+FFFD or NUL, ``stopped``: reading ended early because the first block was mostly
     binary, ``lines``, ``complete``, ``partial_last_line``). ``refusal`` says whether the result is a
     log at all; ``complete`` and ``on_step``: the module docstring."""
     parser = _Parser(on_step)
     line_no = 1
-    text = {"chars": 0, "undecodable": 0, "stopped": False}
-    carry = ""
-    with open(path, "r", encoding="utf-8", errors="replace", newline="") as handle:
+    text = {"chars": 0, "undecodable": 0, "stopped": False, "bytes": 0}
+    counter = _Counter(text)
+    carry = b""
+    with open(path, "rb") as handle:
         while True:
             block = handle.read(CHUNK_CHARS)
             if not block:
+                counter.add(b"", final=True)
                 break
-            first = text["chars"] == 0
-            text["chars"] += len(block)
-            text["undecodable"] += _text_counts(block)
+            first = text["bytes"] == 0
+            text["bytes"] += len(block)
+            counter.add(block)
             if first and text["undecodable"] > BINARY_SHARE * text["chars"] and len(block) == CHUNK_CHARS:
                 text["stopped"] = True  # a large file that starts as binary: no need to read the rest
                 break
             begin = 0
             if carry:  # the line the last block ended in: finish it first
-                newline = block.find("\n")
+                newline = block.find(b"\n")
                 if newline < 0:
                     if len(carry) + len(block) < LINE_CHARS:  # a line longer than a block: keep reading
                         carry += block
                     else:  # data without newlines: parsed in pieces, each maybe cut mid-value
-                        line_no, carry = parser.feed(carry + block, line_no, cut_last=True), ""
+                        line_no, carry = parser.feed(carry + block, line_no, cut_last=True), b""
                     continue
-                line_no, carry, begin = parser.feed(carry + block[:newline + 1], line_no), "", newline + 1
-            cut = block.rfind("\n", begin) + 1
+                line_no, carry, begin = parser.feed(carry + block[:newline + 1], line_no), b"", newline + 1
+            cut = block.rfind(b"\n", begin) + 1
             if cut == 0:
                 carry = block[begin:]
                 continue
