@@ -438,20 +438,37 @@ def parse_lines(lines: Iterable[str], complete: bool = False, on_step=None) -> d
 
 
 class _Counter(object):
-    """Characters read and those that did not decode (U+FFFD) or are NUL, counted as the bytes arrive. An
-    ASCII block needs no decoding; valid UTF-8 is decoded once, strictly, and counted as bytes; only a block
-    with undecodable bytes is decoded with replacement characters and counted as text."""
+    """Characters read and those that did not decode (U+FFFD) or are NUL, counted as the bytes arrive, in
+    spans of ``SPAN`` bytes: an ASCII span needs no decoding; valid UTF-8 is decoded once, strictly, and
+    counted as bytes; only a span with undecodable bytes is decoded with replacement characters and
+    counted as text. (A log's non-ASCII text is a few progress bars or messages: most spans are ASCII.)"""
+
+    SPAN = 1 << 16
 
     def __init__(self, text: dict):
-        self.text, self.pending = text, b""  # the start of a character cut by the block's end
+        self.text, self.pending = text, b""  # the start of a character cut by the span's end
 
     def add(self, block: bytes, final: bool = False) -> None:
-        text = self.text
         if not self.pending and block.isascii():
-            text["chars"] += len(block)
-            text["undecodable"] += block.count(b"\x00") if b"\x00" in block else 0
+            self._ascii(block)
             return
-        data = self.pending + block
+        span = self.SPAN
+        for start in range(0, len(block), span):
+            piece = block[start:start + span]
+            if not self.pending and piece.isascii():
+                self._ascii(piece)
+            else:
+                self._decode(piece, final and start + span >= len(block))
+        if final and self.pending:
+            self._decode(b"", True)
+
+    def _ascii(self, data: bytes) -> None:
+        self.text["chars"] += len(data)
+        self.text["undecodable"] += data.count(b"\x00") if b"\x00" in data else 0
+
+    def _decode(self, data: bytes, final: bool) -> None:
+        text = self.text
+        data = self.pending + data
         cut = len(data) if final else _char_end(data)
         data, self.pending = data[:cut], data[cut:]
         try:

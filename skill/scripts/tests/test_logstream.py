@@ -162,3 +162,19 @@ def test_metrics_reads_a_live_logs_last_line_only_when_told_it_is_complete(tmp_p
     assert "steps: 1 (iterations 1-1)" in out and "warning: text.partial_last_line: line 2" in out
     assert cli.main(["metrics", str(log), "--complete"]) == 0
     assert "steps: 2 (iterations 1-2)" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("chunk, span", [(5, 3), (7, 2), (64, 16), (1 << 20, 1 << 16)])
+def test_characters_and_undecodable_bytes_are_counted_exactly_however_the_bytes_are_cut(tmp_path, monkeypatch,
+                                                                                        chunk, span):
+    bar = (LOGS / "F_formats" / "nemo1_grok_bar_step_timing.log").read_bytes()  # "█": 3 bytes each
+    data = (bar + b"bad \xff\xfe and cut \xe2\x96 here\n" + "\ufffd\x00 literal\n".encode() + bar
+            + b"\xf0\x9f\x98" + b"\n" + b"\xe2\x96\x88\xe2")  # a 4-byte char cut short, and one at the very end
+    log = tmp_path / "log.txt"
+    log.write_bytes(data)
+    monkeypatch.setattr(logparse, "CHUNK_CHARS", chunk)
+    monkeypatch.setattr(logparse._Counter, "SPAN", span)
+    text = logparse.parse_file(log)["text"]
+    decoded = data.decode("utf-8", "replace")
+    assert (text["bytes"], text["chars"]) == (len(data), len(decoded))
+    assert text["undecodable"] == decoded.count("\ufffd") + decoded.count("\x00")
