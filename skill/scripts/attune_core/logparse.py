@@ -7,8 +7,9 @@ guess; a line that looks like a record but cannot be read becomes a warning that
 Nothing here raises on bad input: ``refusal`` says when a file is not a log (empty, mostly binary, or
 nothing recognised), for the verbs that must refuse it.
 
-**Reading.** The log is read in chunks of whole lines; the lines holding a word some record or
-failure needs are found with one ``str.find`` pass per word (C speed) and only those are parsed.
+**Reading.** The log is read as bytes in blocks of whole lines; the lines holding a word some record
+or failure needs (``WORDS``) are found with one ``bytes.find`` pass per word (C speed, about what
+``grep -c`` takes for the whole pass) and only those are decoded and parsed.
 A last line without its newline is a line still being written (a live log): it is not read, and
 ``text.partial_last_line`` says so in ``warnings`` and in ``text``, until its newline arrives. A
 caller that knows the file is complete (``complete=True``: finalize after the job ended, the gate,
