@@ -203,9 +203,9 @@ def parse_iteration(line: str, cut: bool = False) -> Optional[dict]:
     return step
 
 
-def parse_bar(line: str) -> list:
-    """Every NeMo 1 (Lightning) progress-bar state on the line that prints a training metric."""
-    out = []
+def parse_bar(line: str):
+    """Every NeMo 1 (Lightning) progress-bar state on the line that prints a training metric, one by one
+    (a bar redrawn with carriage returns only can fill a whole block)."""
     for match in _BAR.finditer(line):
         inner = match.group("inner").split(", ")
         pairs = [part.partition("=") for part in inner]
@@ -223,8 +223,7 @@ def parse_bar(line: str) -> list:
                 step["fields"]["elapsed_remaining"] = name.strip()
             elif name.strip().endswith(("s/it", "it/s")):
                 step["fields"]["rate"] = name.strip()
-        out.append(step)
-    return out
+        yield step
 
 
 def parse_memory(line: str, cut: bool = False) -> Optional[dict]:

@@ -70,7 +70,7 @@ _WORDS = tuple(word.encode() for word in WORDS)
 _OUT, _TIMEOUT_BYTES, _MARK = b"out", tuple(prefix.encode() for prefix in _TIMEOUT), CPU_LAYER_MARK.encode()
 MARK_CHARS = 1 << 20  # the cpu layer's mark is looked for in the log's first MiB: the layer prints it at start
 CHUNK_CHARS = 8 << 20  # bytes read at a time
-LINE_CHARS = 8 * CHUNK_CHARS  # a longer "line" (data without newlines) is parsed in pieces of this size
+LINE_CHARS = CHUNK_CHARS  # a longer "line" (no newline: data, or a bar redrawn with carriage returns) is read in pieces
 # Text that is not a log: characters that did not decode (U+FFFD) or NUL, as a share of those read.
 # A real log holds a few stray bytes; random, compressed or columnar data about half.
 BINARY_SHARE = 0.25
@@ -493,6 +493,18 @@ def _char_end(data: bytes) -> int:
     return len(data)
 
 
+def _piece(parser: _Parser, data: bytes, line_no: int) -> tuple:
+    """A line longer than ``LINE_CHARS`` so far, read in pieces: up to its last carriage return (where
+    tqdm redraws a bar: nothing is cut), else all of it, its last value perhaps cut. Returns the line
+    number and what is left to carry."""
+    if len(data) < LINE_CHARS:
+        return line_no, data  # keep reading until it ends
+    split = data.rfind(b"\r") + 1
+    if split:
+        return parser.feed(data, line_no, 0, split), data[split:]
+    return parser.feed(data, line_no, cut_last=True), b""
+
+
 def parse_file(path, complete: bool = False, on_step=None) -> dict:
     """Parse a log file in blocks of whole lines (memory bounded by the block and the bounds, not the
     file); undecodable bytes are replaced, not fatal, and counted in ``text`` (``bytes`` and ``chars`` read,
@@ -520,15 +532,12 @@ def parse_file(path, complete: bool = False, on_step=None) -> dict:
             if carry:  # the line the last block ended in: finish it first
                 newline = block.find(b"\n")
                 if newline < 0:
-                    if len(carry) + len(block) < LINE_CHARS:  # a line longer than a block: keep reading
-                        carry += block
-                    else:  # data without newlines: parsed in pieces, each maybe cut mid-value
-                        line_no, carry = parser.feed(carry + block, line_no, cut_last=True), b""
+                    line_no, carry = _piece(parser, carry + block, line_no)
                     continue
                 line_no, carry, begin = parser.feed(carry + block[:newline + 1], line_no), b"", newline + 1
             cut = block.rfind(b"\n", begin) + 1
             if cut == 0:
-                carry = block[begin:]
+                line_no, carry = _piece(parser, block[begin:], line_no)
                 continue
             line_no = parser.feed(block, line_no, begin, cut)  # in place: no copy of the block
             carry = block[cut:]

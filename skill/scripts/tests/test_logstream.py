@@ -178,3 +178,17 @@ def test_characters_and_undecodable_bytes_are_counted_exactly_however_the_bytes_
     decoded = data.decode("utf-8", "replace")
     assert (text["bytes"], text["chars"]) == (len(data), len(decoded))
     assert text["undecodable"] == decoded.count("\ufffd") + decoded.count("\x00")
+
+
+def test_a_bar_redrawn_with_carriage_returns_only_loses_no_step_however_long_the_line(tmp_path, monkeypatch):
+    real = (LOGS / "F_formats" / "nemo1_grok_bar_step_timing.log").read_text().rstrip("\n")
+    # the real bar, redrawn at positions 1-200 on one line as tqdm writes to a file (SYNTHETIC positions)
+    text = "\r".join(real.replace("50/50", "%d/200" % n) for n in range(1, 201)) + "\n"
+    log = tmp_path / "log.txt"
+    log.write_text(text)
+    monkeypatch.setattr(logparse, "CHUNK_CHARS", 300)
+    monkeypatch.setattr(logparse, "LINE_CHARS", 600)  # the line is read in pieces of a few bars
+    parsed = logparse.parse_file(log)
+    assert [step["step"] for step in parsed["steps"]] == list(range(1, 201))
+    assert {step["line_no"] for step in parsed["steps"]} == {1} and parsed["text"]["lines"] == 1
+    assert all(step["elapsed_ms"] == 24000.0 for step in parsed["steps"])
