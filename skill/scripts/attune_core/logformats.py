@@ -100,20 +100,21 @@ _MEGATRON_DEEPSPEED = ("elapsed time per iteration (s)", "samples per second", "
                        "actual seqlen")
 
 
+_NON_FINITE_TEXT = {"nan": "nan", "inf": "inf", "-inf": "-inf", "+inf": "inf"}
+
+
 def number(text: str):
     """A printed number as int or float; ``nan``/``inf`` stay the strings printed; else None."""
     text = text.strip()
-    lowered = text.lower()
-    if lowered in ("nan", "inf", "-inf", "+inf"):
-        return lowered.lstrip("+")
-    try:
+    if text.isascii() and (text.isdigit() or (text[:1] in ("-", "+") and text[1:].isdigit())):
         return int(text)
-    except ValueError:
-        pass
     try:
-        return float(text)
+        value = float(text)
     except ValueError:
         return None
+    if value - value != 0.0:  # nan or inf: the text printed, as data can carry it
+        return _NON_FINITE_TEXT.get(text.lower(), value)
+    return value
 
 
 def _seconds_to_ms(text: str):
@@ -149,13 +150,38 @@ def new_step(step: int, train_iters: Optional[int], source: str) -> dict:
             "source": source}
 
 
-def read_field(step: dict, name: str, text: str) -> None:
+# name printed -> how it is read: (key, kind, unit) of _KNOWN_FIELDS, or "loss", or "field"; and its snake
+# case name; bounded, since the names come from the log
+_FIELD_INFO = {}
+_FIELD_INFO_MAX = 4096
+
+
+def _field_info(name: str) -> tuple:
+    info = _FIELD_INFO.get(name)
+    if info is None:
+        key = name.lower().replace("_", " ")
+        known = _KNOWN_FIELDS.get(key)
+        info = (known, "loss" in key, snake(name), key == "tflops", key in _MEGATRON_DEEPSPEED)
+        if len(_FIELD_INFO) < _FIELD_INFO_MAX:
+            _FIELD_INFO[name] = info
+    return info
+
+
+def read_field(step: dict, name: str, text: str, info: Optional[tuple] = None) -> None:
     """Put one printed field into ``step``: a known one under its key, a loss into ``losses``, the rest
     into ``fields``."""
-    key = name.lower().replace("_", " ")
-    known = _KNOWN_FIELDS.get(key)
+    known, is_loss, snake_name, is_tflops, _megds = info or _field_info(name)
     if known is not None:
         field, kind, unit = known
+        if kind is float or kind is int:  # the common case, without the general number() below
+            try:
+                value = kind(text)
+            except ValueError:
+                pass
+            else:
+                if value - value == 0:  # finite: nan and inf go the general way, to keep their text
+                    step[field] = value
+                    return
         if kind == "ms":
             value = _seconds_to_ms(text) if unit == "s" else number(text)
             if isinstance(value, str) or value is None:
@@ -167,18 +193,18 @@ def read_field(step: dict, name: str, text: str) -> None:
         if value is None or isinstance(value, str) or kind is None:
             step[field] = value
         elif kind is int and isinstance(value, float) and not value.is_integer():
-            step["fields"][snake(name)] = value  # a count printed with a fraction: not the count it names
+            step["fields"][snake_name] = value  # a count printed with a fraction: not the count it names
         else:
             step[field] = kind(value)
         return
     value = number(text)
-    if "loss" in key:
+    if is_loss:
         if value is not None:
             step["losses"][name] = float(value) if isinstance(value, (int, float)) else value
         return
-    if key == "tflops" and step["source"] == "megatron-deepspeed":
+    if is_tflops and step["source"] == "megatron-deepspeed":
         step["megds_tflops"] = value  # Megatron-DeepSpeed's own estimate: not Megatron's throughput per GPU
-    step["fields"][snake(name)] = text if value is None else value
+    step["fields"][snake_name] = text if value is None else value
 
 
 def parse_iteration(line: str, cut: bool = False) -> Optional[dict]:
@@ -186,11 +212,19 @@ def parse_iteration(line: str, cut: bool = False) -> Optional[dict]:
     match = _ITERATION.search(line)
     if match is None:
         return None
-    printed = fields(match.group("rest"), cut)
+    parts = match.group("rest").split("|")
+    if cut:
+        parts.pop()  # after the last "|": perhaps cut mid-value
+    pairs = []
+    for part in parts:
+        name, sep, value = part.partition(":")
+        if sep:
+            pairs.append((name.strip(), value.strip()))
+    infos = [_field_info(name) for name, _value in pairs]
     epoch = _EPOCH.search(line, 0, match.start())
     if epoch:
         source = "nemo2"
-    elif any(name.lower() in _MEGATRON_DEEPSPEED for name in printed):
+    elif any(info[4] for info in infos):
         source = "megatron-deepspeed"
     else:
         source = "megatron"
@@ -198,8 +232,8 @@ def parse_iteration(line: str, cut: bool = False) -> Optional[dict]:
     step["timestamp"] = match.group("ts")
     if epoch:
         step["epoch"] = int(epoch.group(1))
-    for name, text in printed.items():
-        read_field(step, name, text)
+    for (name, text), info in zip(pairs, infos):
+        read_field(step, name, text, info)
     return step
 
 

@@ -113,7 +113,7 @@ class Steps(object):
         self.total = 0
         self.run_open = False  # the latest run started past STEPS_KEPT: its first steps are kept
 
-    def add(self, step: dict, new_run: bool) -> None:
+    def add(self, step: dict, new_run: bool, problem: bool) -> None:
         item = (self.total, step)
         self.total += 1
         if len(self.head) < STEPS_KEPT:
@@ -123,7 +123,7 @@ class Steps(object):
             self.run_head, self.run_open = [], True
         if self.run_open and len(self.run_head) < RUN_HEAD_STEPS:
             self.run_head.append(item)
-        elif len(self.problems) < PROBLEM_STEPS and _problem(step):
+        elif problem and len(self.problems) < PROBLEM_STEPS:
             self.problems.append(item)
         self.tail.append(item)
 
@@ -148,12 +148,11 @@ class StepStats(object):
         self.problems = self.skipped = self.nan = 0
         self.global_batch_size = None
 
-    def add(self, step: dict) -> None:
+    def add(self, step: dict, problem: bool) -> None:
         self.count += 1
-        where = {"step": step["step"], "line_no": step["line_no"]}
         if self.first is None:
-            self.first = where
-        self.last = where
+            self.first = step
+        self.last = step
         elapsed = step["elapsed_ms"]
         if isinstance(elapsed, float):
             self.time_sum += elapsed
@@ -166,7 +165,7 @@ class StepStats(object):
                 self.times[elapsed] += 1
                 if len(self.times) > MEDIAN_VALUES:
                     self.times_overflow, self.times = True, Counter()
-        if _problem(step):
+        if problem:
             self.problems += 1
         self.skipped += step["skipped"] if isinstance(step["skipped"], int) else 0
         self.nan += step["nan"] if isinstance(step["nan"], int) else 0
@@ -180,7 +179,9 @@ class StepStats(object):
             times["median_unavailable"] = "more than %d distinct step times" % MEDIAN_VALUES
         elif self.times:
             times["median"] = _median(sorted(self.times), self.times, self.time_count)
-        return {"steps": self.count, "first": self.first, "last": self.last, "elapsed_ms": times,
+        first, last = ({"step": step["step"], "line_no": step["line_no"]} if step else None
+                       for step in (self.first, self.last))
+        return {"steps": self.count, "first": first, "last": last, "elapsed_ms": times,
                 "problem_steps": self.problems, "skipped_iterations": self.skipped, "nan_iterations": self.nan,
                 "global_batch_size": self.global_batch_size}
 
@@ -229,8 +230,9 @@ class _Parser(object):
         if self.device == "cpu" and step["tflops_per_gpu"] is not None:
             step["tflops_per_gpu"], self.cpu_touched = None, True
         self.formats.add(step["source"])
-        self.stats.add(step)
-        self.steps.add(step, new_run)
+        problem = _problem(step)
+        self.stats.add(step, problem)
+        self.steps.add(step, new_run, problem)
         if self.on_step is not None:
             self.on_step(step)
 
@@ -251,6 +253,8 @@ class _Parser(object):
             return
         if not self.record(line_no, line, cut):
             return
+        if not ("rror" in line or "emory" in line or "OOM" in line or "out" in line or "Traceback" in line):
+            return  # no word any failure or crash needs (the common case: a step line)
         kind = failure_kind(line)
         if kind is not None:
             self.failure_total += 1
