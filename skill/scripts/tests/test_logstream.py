@@ -4,9 +4,13 @@ and the bounds on what it keeps (logparse's docstring, **Reading** and **Bounds*
 from __future__ import annotations
 
 import json
+import tempfile
+from pathlib import Path
 
 import pytest
 from conftest import DATA
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from attune_core import cli, logparse, triage
 from attune_core.finalize import metrics_columns
@@ -192,3 +196,27 @@ def test_a_bar_redrawn_with_carriage_returns_only_loses_no_step_however_long_the
     assert [step["step"] for step in parsed["steps"]] == list(range(1, 201))
     assert {step["line_no"] for step in parsed["steps"]} == {1} and parsed["text"]["lines"] == 1
     assert all(step["elapsed_ms"] == 24000.0 for step in parsed["steps"])
+
+
+REAL_LINES = sorted({line.encode() + b"\n" for path in REAL for line in path.read_text().split("\n") if line})
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(parts=st.lists(st.one_of(st.sampled_from(REAL_LINES), st.binary(max_size=40)), max_size=30),
+       chunk=st.integers(min_value=1, max_value=300), complete=st.booleans())
+def test_any_mix_of_real_lines_and_garbage_parses_the_same_in_any_chunks(parts, chunk, complete):
+    data = b"".join(parts)
+    with tempfile.TemporaryDirectory() as tmp:
+        log = Path(tmp) / "log.txt"
+        log.write_bytes(data)
+        whole = logparse.parse_lines([data.decode("utf-8", "replace")], complete=complete)
+        saved = logparse.CHUNK_CHARS
+        logparse.CHUNK_CHARS = chunk
+        try:
+            streamed = logparse.parse_file(log, complete=complete)
+        finally:
+            logparse.CHUNK_CHARS = saved
+    text = streamed["text"]
+    assert (text["bytes"], text["chars"]) == (len(data), len(data.decode("utf-8", "replace")))
+    del text["bytes"], whole["text"]["bytes"]  # the decoded text re-encodes to other bytes where bytes were invalid
+    assert without_path(streamed) == whole
