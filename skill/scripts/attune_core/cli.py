@@ -692,8 +692,9 @@ def build_parser() -> argparse.ArgumentParser:
                                                       "kept of it is bounded)")
             p.add_argument("--exit-code", type=int, help="the run's exit code, for failure triage")
             p.add_argument("--complete", action="store_true",
-                           help="the run has ended: read a last line that has no newline (by default it is a line "
-                                "still being written, and not read); its last field is never read, it may be cut")
+                           help="the run has ended: also read a last line without its newline (by default that is "
+                                "a line still being written, and is held back), all but its last field, which may "
+                                "have been cut")
             p.add_argument("--steps", metavar="A:B",
                            help="print the steps numbered A to B (A: or :B for open ends) in full, every one of them; "
                                 "without it, --json holds the steps kept in full (all of a short run)")
