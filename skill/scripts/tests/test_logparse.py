@@ -197,3 +197,33 @@ def test_every_failure_and_crash_word_is_found_by_the_prefilter():
         assert found, word
         if found == ["out"]:  # "out" counts only after "ime", "imed " or "ime "
             assert word.endswith(tuple(prefix + "out" for prefix in logparse._TIMEOUT)), word
+
+
+@pytest.mark.parametrize("log", sorted((LOGS / "A_iteration").glob("*.log")) + sorted((LOGS / "F_formats").glob("*.log"))
+                         + sorted((LOGS / "E_nemo_bridge").glob("*nemo*.log")), ids=lambda path: path.name)
+def test_no_field_a_step_line_prints_is_dropped(log):
+    """Every ``name: value`` (or ``name=value`` in a bar) a real step line prints is somewhere in its step:
+    under a known key, in ``losses`` or in ``fields``."""
+    from attune_core import logformats
+    lines = log.read_text().split("\n")
+    parsed = logparse.parse_file(log)
+    assert parsed["steps"], log
+    for step in parsed["steps"]:
+        line = lines[step["line_no"] - 1]
+        if step["source"] in ("nemo1", "lightning"):
+            inner = line[line.index("[", line.index("Epoch ")) + 1:line.index("]", line.index("Epoch "))]
+            printed = [part.partition("=") for part in inner.split(", ")]
+        else:
+            printed = [part.partition(":") for part in line.split("iteration", 1)[1].split("|")[1:]]
+        for name, sep, value in printed:
+            name = name.strip()
+            if not sep or not name:
+                continue
+            known = logformats._KNOWN_FIELDS.get(name.lower().replace("_", " "))
+            where = (step["line_no"], name, value)
+            if known is not None:
+                assert step[known[0]] is not None or logformats.number(value) is None, where
+            elif "loss" in name.lower():
+                assert name in step["losses"], where
+            else:
+                assert logformats.snake(name) in step["fields"], where
