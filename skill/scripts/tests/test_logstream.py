@@ -205,6 +205,7 @@ REAL_LINES = sorted({line.encode() + b"\n" for path in REAL for line in path.rea
 @given(parts=st.lists(st.one_of(st.sampled_from(REAL_LINES), st.binary(max_size=40)), max_size=30),
        chunk=st.integers(min_value=1, max_value=300), complete=st.booleans())
 def test_any_mix_of_real_lines_and_garbage_parses_the_same_in_any_chunks(parts, chunk, complete):
+    """The same result, or (a file whose first block is mostly binary) a refusal after that block."""
     data = b"".join(parts)
     with tempfile.TemporaryDirectory() as tmp:
         log = Path(tmp) / "log.txt"
@@ -217,6 +218,9 @@ def test_any_mix_of_real_lines_and_garbage_parses_the_same_in_any_chunks(parts, 
         finally:
             logparse.CHUNK_CHARS = saved
     text = streamed["text"]
+    if text["stopped"]:  # the first block was mostly binary: refused without reading on, by design
+        assert text["bytes"] == chunk and logparse.refusal(streamed).startswith("mostly binary")
+        return
     assert (text["bytes"], text["chars"]) == (len(data), len(data.decode("utf-8", "replace")))
     del text["bytes"], whole["text"]["bytes"]  # the decoded text re-encodes to other bytes where bytes were invalid
     assert without_path(streamed) == whole
