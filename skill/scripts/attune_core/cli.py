@@ -266,39 +266,14 @@ def cmd_lesson(args) -> int:
     return EXIT_OK
 
 
-@verb("metrics", "parse a training log (Megatron-LM, Megatron-Bridge, slime) into steps, memory, timers, "
-                 "slime records and failures (exit 2 for a file that is empty, mostly binary, or holds no record "
-                 "and no failure; stray bytes in a log are replaced)")
+@verb("metrics", "parse a training log (Megatron-LM, Megatron-Bridge, Megatron-DeepSpeed, NeMo, slime) into a "
+                 "summary of its steps, memory, timers, slime records, failures and crash lines, in bounded memory "
+                 "at any size (exit 2 for a file that is empty, mostly binary, or holds no record and no failure; "
+                 "stray bytes in a log are replaced)")
 def cmd_metrics(args) -> int:
-    from . import logparse, triage  # imported where used: status and rank start faster without them
-    path = Path(args.log)
-    if not path.is_file():
-        raise InputError("%s: no such log file. Fix: give the path of a run's log" % path)
-    parsed = logparse.parse_file(path)
-    refused = logparse.refusal(parsed)
-    if refused:
-        raise InputError("%s: %s, so not a training log. Fix: give a run's log (Megatron-LM, Megatron-Bridge or "
-                         "slime output)" % (path, refused))
-    from .finalize import CRASH_SCAN_BYTES
-    log_lines = (path.read_bytes().decode("utf-8", errors="replace").split("\n")
-                 if path.stat().st_size <= CRASH_SCAN_BYTES else None)  # as finalize reads them, for the crash line
-    found = triage.classify(parsed, exit_code=args.exit_code, log_lines=log_lines)
-    parsed["triage"] = found.as_dict() if found else None
-    steps = parsed["steps"]
-    lines = ["log: %s" % path, "format: %s" % (parsed["format"] or "unknown (no record recognised)")]
-    if parsed.get("device") == "cpu":
-        lines.append("device: cpu (the attune-cpu layer: a real program on a CPU, not a GPU measurement)")
-    lines += ["steps: %d%s" % (len(steps), " (iterations %d-%d)" % (steps[0]["step"], steps[-1]["step"]) if steps else ""),
-              "memory_reports: %d" % len(parsed["memory"]), "timer_blocks: %d" % len(parsed["timers"]),
-              "bridge_steps: %d" % len(parsed["bridge_steps"]), "slime_records: %d" % len(parsed["perf"])]
-    lines += ["failure: %s at line %d: %s" % (f["kind"], f["line_no"], f["line"].strip()[:200])
-              for f in parsed["failures"]]
-    lines += ["warning: %s" % warning for warning in parsed["warnings"]]
-    lines.append("triage: %s" % ("%s (%s): %s" % (found.cls, "line %d" % found.line_no if found.line_no else
-                                                   found.source, found.evidence[:200]) if found else "no failure"))
-    if found is not None and found.memory:
-        lines.append("memory: %s" % found.memory)
-    _emit(args, parsed, "\n".join(lines))
+    from . import logview  # imported where used: status and rank start faster without it
+    logview.show(Path(args.log), args.exit_code, args.complete, logview.step_range(args.steps), args.json,
+                 sys.stdout)
     return EXIT_OK
 
 
@@ -747,8 +722,16 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("--lever", help="the lever id (default: the candidate's; 'other: <flag>' outside the catalog)")
             p.add_argument("--dry-run", action="store_true", help="print the entry; write nothing")
         elif name == "metrics":
-            p.add_argument("log", metavar="LOG", help="the log file (any size: it is read line by line)")
+            p.add_argument("log", metavar="LOG", help="the log file (any size: it is read in chunks, and what is "
+                                                      "kept of it is bounded)")
             p.add_argument("--exit-code", type=int, help="the run's exit code, for failure triage")
+            p.add_argument("--complete", action="store_true",
+                           help="the run has ended: also read a last line without its newline (by default that is "
+                                "a line still being written, and is held back), all but its last field, which may "
+                                "have been cut")
+            p.add_argument("--steps", metavar="A:B",
+                           help="print the steps numbered A to B (A: or :B for open ends) in full, every one of them; "
+                                "without it, --json holds the steps kept in full (all of a short run)")
         elif name == "gate":
             p.add_argument("--run", help="a finalized run of the campaign: gated against the campaign's baseline, "
                                          "with gate.json and a ledger row written")

@@ -42,14 +42,14 @@ def metrics_columns(parsed: dict, seq_length: Optional[int], gpus: int) -> tuple
     """The ledger's ``result.metrics`` from parsed steps, and warnings.
 
     A log that holds more than one run (a restarted pod) is scored on its last run only: the
-    steps from the last place where the iteration number went back."""
-    steps = parsed["steps"]
+    steps from the last place where the iteration number went back. The steps are those the parser
+    kept in full (all of any run up to ``logparse.STEPS_KEPT`` steps; the scoring window of a longer
+    one, its last steps and its problem steps otherwise: the parse's warnings say so)."""
     warnings = []
-    start = logparse.last_run_start(steps)
+    steps, start = logparse.last_run(parsed)
     if start:
         warnings.append("the log restarts at line %d (iteration %d after %d); only the last run is scored"
-                        % (steps[start]["line_no"], steps[start]["step"], steps[start - 1]["step"]))
-    steps = steps[start:]
+                        % (start["line_no"], start["step"], start["after_step"]))
     timed = sorted(step["elapsed_ms"] for step in steps if step["elapsed_ms"])
     if timed and timed[len(timed) // 2] < SHORT_STEP_MS:
         warnings.append("the median step takes %.2f ms: Megatron prints it to 0.1 ms, so one printed digit moves "
@@ -82,11 +82,11 @@ def finalize(campaign: Campaign, facts: RunFacts) -> dict:
     log = Path(facts.log_path)
     parsed, log_sha, lines = {"steps": [], "failures": [], "warnings": ["no log at %s" % log]}, None, None
     if log.is_file():
-        parsed = logparse.parse_file(log)
+        parsed = logparse.parse_file(log, complete=True)  # the job ended: its last line is all there is
         data = log.read_bytes() if log.stat().st_size <= CRASH_SCAN_BYTES else None
         log_sha = hashlib.sha256(data).hexdigest() if data is not None else _sha256_file(log)
-        if data is not None:  # the crash fallback reads the lines; a huge log is triaged without it
-            lines = data.decode("utf-8", errors="replace").split("\n")
+        if data is not None:  # a small log's lines name a nan_loss step's line; a larger one is triaged from
+            lines = data.decode("utf-8", errors="replace").split("\n")  # the parse (its crash lines) alone
     metrics, warnings = metrics_columns(parsed, facts.seq_length, facts.gpus)
     found = triage.classify(parsed, exit_code=facts.exit_code, events=facts.events,
                             seconds_without_progress=facts.seconds_without_progress,
@@ -110,7 +110,7 @@ def finalize(campaign: Campaign, facts: RunFacts) -> dict:
     return campaign.append("result", **payload)
 
 
-CRASH_SCAN_BYTES = 64 << 20
+CRASH_SCAN_BYTES = 8 << 20  # bounds finalize's memory: the lines of a log this size take about 30 MB
 
 
 def _sha256_file(path: Path) -> str:

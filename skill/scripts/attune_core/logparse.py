@@ -1,331 +1,406 @@
-"""Parse a training log into steps, memory reports, timers, slime records and failures.
+"""Parse a training log into steps, memory reports, timers, slime records, failures and crash lines,
+in memory bounded whatever the log's size.
 
-Formats (facts in the project's reference on Megatron-LM, Megatron-Bridge and slime logs):
+The line formats are ``logformats``'s: Megatron-LM, Megatron-Bridge, Megatron-DeepSpeed, NeMo 1 and 2
+and slime records, failure and crash lines. A value the line does not print is ``None``, never a
+guess; a line that looks like a record but cannot be read becomes a warning that names the line.
+Nothing here raises on bad input: ``refusal`` says when a file is not a log (empty, mostly binary, or
+nothing recognised), for the verbs that must refuse it.
 
-* Megatron-LM iteration lines (`` iteration N/ M | name: value | ...``), with or without a
-  ``[timestamp]``, behind any prefix (srun labels, Ray actor tags, grep line numbers); every
-  ``... loss`` field, ``nan``/``inf`` grad norms, skipped and nan counts, old and new number formats.
-* Megatron-LM memory reports (``[Rank R] (after N iterations) memory (MB) | allocated: ...``).
-* Megatron-LM timers: the ``(min, max) time across ranks (ms):`` block and the one-line
-  ``time (ms) | name: v | ...`` form.
-* Megatron-Bridge ``Step Time : 12.78s GPU utilization: 528.1MODEL_TFLOP/s/GPU`` lines.
-* slime ``step N: {...}``, ``perf N: {...}`` and ``rollout N: {...}`` lines (Python repr dicts, bare
-  ``nan``/``inf``, Ray ``(Actor pid=...)`` prefixes).
-* Failures (``_FAILURES``): GPU memory (torch's CUDA out of memory, old and new texts, Ray-wrapped;
-  NCCL, cuBLAS, cuDNN, TE, ROCm), host memory (Ray's memory monitor, a container ``OOMKilled``, the
-  Linux OOM killer, torch's CPU allocator, a shell's ``Killed``), NCCL watchdog timeouts, assertion
-  errors, argparse errors (``prog: error: unrecognized arguments: ...``), the last line of a traceback
-  of any exception type, and frames of Megatron's argument and config validation. Lines of the
-  pod-hook wrapper (``attune-pod-hooks: ...``) are never failures.
+**Reading.** The log is read as bytes in blocks of whole lines; the lines holding a word some record
+or failure needs (``WORDS``) are found with one ``bytes.find`` pass per word (C speed, about what
+``grep -c`` takes for the whole pass) and only those are decoded and parsed.
+A last line without its newline is a line still being written (a live log): it is not read, and
+``text.partial_last_line`` says so in ``warnings`` and in ``text``, until its newline arrives. A
+caller that knows the file is complete (``complete=True``: finalize after the job ended, the gate,
+``attune metrics --complete``) has that line read too, but never its last field, which may have
+been cut mid-number: only values followed by their separator (`` |``, ``]``, ``}``, ``)``) are read.
 
-The log is read line by line (bounded memory for any size). A value the line does not print is
-``None``, never a guess; a line that looks like a record but cannot be read becomes a warning
-that names the line. Nothing here raises on bad input: ``refusal`` says when a file is not a log
-(empty, mostly binary, or nothing recognised), for the verbs that must refuse it.
+**Bounds** (each list in the result, with its full count in ``counts``; a list that was cut says so
+in ``warnings``):
+
+* ``steps``: the first ``STEPS_KEPT`` steps of the log, every one in full (any run ATTUNE makes: 20
+  iterations; the gate's curves: up to 100). Past that: the last ``TAIL_STEPS`` steps (where the log
+  ends), the first ``RUN_HEAD_STEPS`` steps of the latest run that started past the cap (its scoring
+  window), and the first ``PROBLEM_STEPS`` steps that show a problem (a NaN or infinite loss or grad
+  norm, a skipped or NaN iteration). ``summary`` holds statistics over every step, kept or not.
+* ``memory``, ``timers``, ``bridge_steps``, ``perf``: the first ``RECORDS_KEPT`` and the last
+  ``RECORDS_KEPT``; ``failures``: the first and last ``FAILURES_KEPT`` of each kind; ``errors``
+  (crash lines) and ``warnings``: the first and last ``ERRORS_KEPT`` / ``WARNINGS_KEPT``.
+
+``on_step`` (optional) is called with every step as it is read, for a caller that wants steps the
+bounds drop (``attune metrics --steps``).
 """
 
 from __future__ import annotations
 
-import ast
-import re
-from typing import Iterable, Optional
+from collections import Counter, deque
+from typing import Callable, Iterable, Optional
 
-_ITERATION = re.compile(r"(?:\[(?P<ts>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)?)\]\s*)?"
-                        r"iteration\s+(?P<it>\d+)\s*/\s*(?P<total>\d+)\s*\|(?P<rest>.*)$")
-_MEMORY = re.compile(r"\[Rank (?P<rank>\d+)\] \(after (?P<after>\d+) iterations\) memory \(MB\)\s*\|(?P<rest>.*)$")
-_TIMER_BLOCK = "(min, max) time across ranks (ms):"
-_TIMER_ROW = re.compile(r"^\s+(?P<name>\S+)\s*\.*:\s*\((?P<min>[-\d.eE+]+),\s*(?P<max>[-\d.eE+]+)\)\s*$")
-_TIMER_INLINE = re.compile(r"time \(ms\)\s*\|(?P<rest>.*)$")
-_BRIDGE = re.compile(r"Step Time\s*:\s*(?P<time>[\d.]+)s\s+GPU utilization:\s*(?P<tflops>[\d.]+)\s*"
-                     r"(?P<unit>(?:MODEL_)?TFLOP/s/GPU)")
-_SLIME = re.compile(r"(?:\((?P<actor>\w+) pid=(?P<pid>\d+)(?:, ip=(?P<ip>[\d.]+))?\)\s*)?"
-                    r"(?:\[(?P<ts>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)\]\s*)?(?:(?P<loc>[\w./-]+:\d+)\s*-\s*)?"
-                    r"(?P<type>step|perf|rollout) (?P<index>\d+): (?P<dict>\{.*\})\s*$")
-_SLIME_START = re.compile(r"\b(step|perf|rollout) \d+: \{")
-_NON_FINITE_WORD = re.compile(r"(?<![\w'\"])(-?)(nan|inf)(?![\w'\"])")
+from . import logformats as fmt
+from .logformats import failure_kind, parse_bridge, parse_iteration, parse_memory
 
-# kind, words one of which the line must contain (a cheap test first: most lines are noise; empty: the words of a
-# kind above cover this one's lines too, and each word is scanned for only once), pattern.
-# The first kind that matches a line is its kind, so the order matters: Ray's host-memory
-# ``ray.exceptions.OutOfMemoryError`` before the GPU ``OutOfMemoryError``, memory before exceptions.
-# ``oom`` is GPU memory; ``ray_oom``, ``oomkilled``, ``host_oom`` (and ``killed`` with a SIGKILL exit) host memory.
-# Every memory pattern's line holds one of these: few words, so that the scan for interesting lines stays fast.
-_MEMORY_WORDS = ("emory", "MEMORY", "OOM", "oom", "Failed to CUDA", "ALLOC_FAILED", "ENOUGH_WORKSPACE",
-                 "allocation failed")
-_PREFIX = r"^(?:\s*(?:\d+:|\[[^\]]*\]:?|\([^)]*\)|traceback:|E ))*\s*"  # grep -n, [rank3]:, (Actor pid=1)
-_FAILURES = (
-    ("nccl_timeout", ("imeout", "imed out", "ime out"),
-     re.compile(r"Watchdog caught collective operation timeout|NCCL (?:communicator|operation) "
-                r"timed? ?out|ProcessGroupNCCL.*[Tt]imeout|"
-                r"gloo\S*\] Timed out waiting \d+ms for (?:recv|send) operation")),  # gloo (CPU) collectives
-    # Ray's memory monitor: the raylet's summary, the exception and its "Memory on the node" detail
-    ("ray_oom", _MEMORY_WORDS,
-     re.compile(r"killed due to memory pressure \(OOM\)|Task was killed due to the node running low on memory|"
-                r"ray\.exceptions\.OutOfMemoryError|Memory on the node .* exceeds the memory usage threshold|"
-                r"\bRayOutOfMemoryError\b|Worker exit type: NODE_OUT_OF_MEMORY")),  # older Ray; an actor's death
-    ("oomkilled", (), re.compile(r"\bOOMKilled\b")),
-    ("host_oom", (),
-     re.compile(r"DefaultCPUAllocator: (?:can't allocate memory|not enough memory)|"  # torch's CPU allocator
-                r"^\s*(?:\[rank\d+\]:\s*)?MemoryError\b|"  # Python's own
-                r"Out of memory: Kill(?:ed)? process|\boom-kill:|invoked oom-killer|"  # the Linux OOM killer (dmesg)
-                r"Detected \d+ oom[-_]kill event|"  # slurm's report of the cgroup OOM killer
-                r"Failed to CUDA host alloc|"  # NCCL's pinned host buffers
-                r"^attune-local: out of memory")),  # the local backend's memory limit
-    # GPU memory, as each layer reports it: torch, its C++ core, NCCL, cuBLAS, cuDNN, Transformer Engine, ROCm
-    ("oom", (),
-     re.compile(r"CUDA out of memory|OutOfMemoryError|CUDA (?:driver )?[Ee]rror: out of memory|HIP out of memory|"
-                r"CUBLAS Error: the resource allocation failed|"  # Transformer Engine's NVTE_CHECK_CUDA/CUBLAS
-                r"Cuda failure (?:\d+ )?'out of memory'|Failed to CUDA (?:calloc|malloc)|"  # NCCL's WARN lines
-                r"CUBLAS_STATUS_ALLOC_FAILED|CUDNN_STATUS_ALLOC_FAILED|CUDNN_STATUS_NOT_ENOUGH_WORKSPACE|"
-                r"cudaErrorMemoryAllocation|CUDA_ERROR_OUT_OF_MEMORY|hipErrorOutOfMemory|"
-                r"TorchMemorySaver::malloc return OOM|"
-                r"Not enough memory\. Please try to increase --mem-fraction-static")),  # SGLang's KV cache (slime)
-    ("killed", ("Killed",), re.compile(r"^\s*(?:\S+: line \d+: +\d+ +)?Killed(?:\s|$)")),  # the shell's report of a SIGKILL
-    ("assertion", (), re.compile(r"\bAssertionError\b")),
-    ("argparse", ("error: ",),
-     re.compile(r": error: (?:unrecognized arguments: |argument \S+: )")),
-    # the last line of a Python traceback, an exception of any type
-    ("exception", ("Error", "Exception"),
-     re.compile(_PREFIX + r"(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception)(?:\([\w.]+\))?(?::|\s*$)")),
-    # a traceback frame in Megatron's (or slime's) argument and config validation, or the source line of a
-    # divisibility assert: what the exception after it means
-    ("validation", ('", line ', "assert ", " == 0"),
-     re.compile(r'(?:^|[/"\s])(?:arguments|argument_utils|transformer_config|model_parallel_config|'
-                r'num_microbatches_calculator)\.py", line \d+, in \w+|'
-                r'\.py", line \d+, in (?:validate_args|__post_init__|initialize_model_parallel|_?validate\w*)\b|' +
-                _PREFIX + r"(?:assert .*(?:%.*==\s*0|divisible|multiple of)|"
-                r"\(?[\w.\[\]]+ % [\w.\[\]()]+ == 0\)?\s*(?:,|\\|and|or)?\s*$)")),  # a multi-line assert's condition
-)
-# Lines of the in-pod hook wrapper (pod_hooks/wrap.py): they report on hooks, never on the run.
-POD_HOOKS_PREFIX = "attune-pod-hooks:"
+POD_HOOKS_PREFIX = fmt.POD_HOOKS_PREFIX  # lines of the in-pod hook wrapper: never a failure
+
+STEPS_KEPT = 2000
+TAIL_STEPS = 500
+RUN_HEAD_STEPS = 100
+PROBLEM_STEPS = 100
+RECORDS_KEPT = 200
+FAILURES_KEPT = 20
+ERRORS_KEPT = 20
+WARNINGS_KEPT = 50
+MEDIAN_VALUES = 1 << 16  # distinct step times counted for an exact median (they are printed to 0.1 ms)
+
 # The ``cpu`` hook's start-up layer (pod_hooks/cpu.py) says so at start: the run is a real program on a CPU,
 # whose memory report and TFLOP/s figure are stubs (0), so they are unavailable, never 0.
 CPU_LAYER_MARK = "attune-cpu: "
 CPU_UNAVAILABLE = ("unavailable: a CPU run (the attune-cpu layer): the CPU has no CUDA memory counters and Megatron's "
                    "TFLOP/s figure is not measured there")
+PARTIAL_LAST_LINE = "text.partial_last_line"
 
-_KNOWN_FIELDS = {
-    "elapsed time per iteration (ms)": ("elapsed_ms", float),
-    "throughput per GPU (TFLOP/s/GPU)": ("tflops_per_gpu", float),
-    "learning rate": ("lr", float),
-    "global batch size": ("global_batch_size", int),
-    "lm loss": ("lm_loss", float),
-    "number of skipped iterations": ("skipped", int),
-    "number of nan iterations": ("nan", int),
-    "loss scale": ("loss_scale", float),
-    "consumed samples": ("consumed_samples", int),
-}
-
-
-def _number(text: str):
-    """A printed number as int or float; ``nan``/``inf`` stay the strings printed; else None."""
-    text = text.strip()
-    lowered = text.lower()
-    if lowered in ("nan", "inf", "-inf", "+inf"):
-        return lowered.lstrip("+")
-    try:
-        return int(text)
-    except ValueError:
-        pass
-    try:
-        return float(text)
-    except ValueError:
-        return None
+# A word every record, failure or crash line holds; a line with none of them is never parsed. Each costs a
+# pass over the text (about as long as ``grep -c`` takes), so one word stands for many: "emory" for every
+# out-of-memory text, "rror" for assertion, argparse and Python errors.
+WORDS = ("iteration", "(ms)", "Step Time", "Epoch ", ": {", "out", "emory", "rror", "Traceback",
+         # the failure kinds' other words (logformats.FAILURES): out-of-memory texts without "emory" (OOMKilled,
+         # oom-kill, CUDA_ERROR_OUT_OF_MEMORY, NCCL's "Failed to CUDA calloc", cuBLAS's and cuDNN's *_STATUS_*),
+         # a shell's "Killed", an exception named ...Exception, and the frames and assert lines of validation
+         "OOM", "oom", "MEMORY", "Failed to CUDA", "_STATUS_", "Killed", "xception", '", line ', "assert ", " == 0")
+_TIMEOUT = ("ime", "imed ", "ime ")  # "out" counts only after these: "timeout", "timed out", "time out"
+# The log is searched as UTF-8 bytes (a text with one non-ASCII character would take 2 or 4 bytes a character
+# as a str, and be slower to search); only the lines found are decoded.
+_WORDS = tuple(word.encode() for word in WORDS)
+_FAILURE_WORDS = tuple(word for word in WORDS if word not in ("iteration", "(ms)", "Step Time", "Epoch ", ": {"))
+_OUT, _TIMEOUT_BYTES, _MARK = b"out", tuple(prefix.encode() for prefix in _TIMEOUT), CPU_LAYER_MARK.encode()
+MARK_CHARS = 1 << 20  # the cpu layer's mark is looked for in the log's first MiB: the layer prints it at start
+CHUNK_CHARS = 8 << 20  # bytes read at a time
+LINE_CHARS = CHUNK_CHARS  # a longer "line" (no newline: data, or a bar redrawn with carriage returns) is read in pieces
+# Text that is not a log: characters that did not decode (U+FFFD) or NUL, as a share of those read.
+# A real log holds a few stray bytes; random, compressed or columnar data about half.
+BINARY_SHARE = 0.25
 
 
-def _fields(rest: str) -> dict:
-    out = {}
-    for part in rest.split("|"):
-        name, sep, value = part.partition(":")
-        if sep:
-            out[name.strip()] = value.strip()
-    return out
+class Bounded(object):
+    """The first ``head`` and the last ``tail`` items appended, and how many were."""
+
+    __slots__ = ("head", "tail", "total", "limit")
+
+    def __init__(self, head: int, tail: int):
+        self.head, self.tail, self.total, self.limit = [], deque(maxlen=tail), 0, head
+
+    def append(self, item) -> None:
+        self.total += 1
+        if len(self.head) < self.limit:
+            self.head.append(item)
+        else:
+            self.tail.append(item)
+
+    def items(self) -> list:
+        return self.head + list(self.tail)
+
+    def dropped(self) -> int:
+        return self.total - len(self.head) - len(self.tail)
 
 
-def parse_iteration(line: str) -> Optional[dict]:
-    match = _ITERATION.search(line)
-    if match is None:
-        return None
-    fields = _fields(match.group("rest"))
-    step = {"step": int(match.group("it")), "train_iters": int(match.group("total")),
-            "timestamp": match.group("ts"), "elapsed_ms": None, "tflops_per_gpu": None, "lm_loss": None,
-            "grad_norm": None, "lr": None, "global_batch_size": None, "skipped": None, "nan": None,
-            "losses": {}}
-    for name, text in fields.items():
-        if name in _KNOWN_FIELDS:
-            key, kind = _KNOWN_FIELDS[name]
-            value = _number(text)
-            if isinstance(value, str):
-                step[key] = value
-            elif value is not None:
-                step[key] = kind(value)
-        elif name == "grad norm":
-            value = _number(text)
-            step["grad_norm"] = float(value) if isinstance(value, (int, float)) else value
-        elif "loss" in name:
-            value = _number(text)
-            if value is not None:
-                step["losses"][name] = float(value) if isinstance(value, (int, float)) else value
-    return step
+def _problem(step: dict) -> bool:
+    bad = ("nan", "inf", "-inf")
+    return (step["lm_loss"] in bad or step["grad_norm"] in bad or (step["skipped"] or 0) != 0
+            or (step["nan"] or 0) != 0 or any(value in bad for value in step["losses"].values()))
 
 
-def parse_memory(line: str) -> Optional[dict]:
-    match = _MEMORY.search(line)
-    if match is None:
-        return None
-    fields = _fields(match.group("rest"))
-    record = {"rank": int(match.group("rank")), "after_iterations": int(match.group("after"))}
-    for name, key in (("allocated", "allocated_mb"), ("max allocated", "max_allocated_mb"),
-                      ("reserved", "reserved_mb"), ("max reserved", "max_reserved_mb")):
-        value = _number(fields.get(name, ""))
-        record[key] = float(value) if isinstance(value, (int, float)) else None
-    return record
+class Steps(object):
+    """The steps kept in full (module docstring, **Bounds**), in log order."""
+
+    def __init__(self):
+        self.head, self.run_head, self.problems = [], [], []
+        self.tail = deque(maxlen=TAIL_STEPS)
+        self.total = 0
+        self.run_open = False  # the latest run started past STEPS_KEPT: its first steps are kept
+
+    def add(self, step: dict, new_run: bool, problem: bool) -> None:
+        item = (self.total, step)
+        self.total += 1
+        if len(self.head) < STEPS_KEPT:
+            self.head.append(item)
+            return
+        if new_run:
+            self.run_head, self.run_open = [], True
+        if self.run_open and len(self.run_head) < RUN_HEAD_STEPS:
+            self.run_head.append(item)
+        elif problem and len(self.problems) < PROBLEM_STEPS:
+            self.problems.append(item)
+        self.tail.append(item)
+
+    def items(self) -> list:
+        if self.total <= STEPS_KEPT:
+            return [step for _, step in self.head]
+        kept = dict(self.head)
+        for part in (self.run_head, self.problems, self.tail):
+            kept.update(part)
+        return [kept[seq] for seq in sorted(kept)]
 
 
-def parse_bridge(line: str) -> Optional[dict]:
-    match = _BRIDGE.search(line)
-    if match is None:
-        return None
-    return {"step_time_s": float(match.group("time")), "tflops_per_gpu": float(match.group("tflops")),
-            "unit": match.group("unit")}
+class StepStats(object):
+    """Statistics over every step of a log, in constant memory (the step times' median exactly while
+    they hold at most ``MEDIAN_VALUES`` distinct values)."""
+
+    def __init__(self):
+        self.count, self.first, self.last = 0, None, None
+        self.times, self.time_sum, self.time_count = Counter(), 0.0, 0
+        self.time_min = self.time_max = None
+        self.times_overflow = False
+        self.problems = self.skipped = self.nan = 0
+        self.global_batch_size = None
+
+    def add(self, step: dict, problem: bool) -> None:
+        self.count += 1
+        if self.first is None:
+            self.first = step
+        self.last = step
+        elapsed = step["elapsed_ms"]
+        if isinstance(elapsed, float):
+            self.time_sum += elapsed
+            self.time_count += 1
+            if self.time_min is None or elapsed < self.time_min:
+                self.time_min = elapsed
+            if self.time_max is None or elapsed > self.time_max:
+                self.time_max = elapsed
+            if not self.times_overflow:
+                self.times[elapsed] += 1
+                if len(self.times) > MEDIAN_VALUES:
+                    self.times_overflow, self.times = True, Counter()
+        if problem:
+            self.problems += 1
+        self.skipped += step["skipped"] if isinstance(step["skipped"], int) else 0
+        self.nan += step["nan"] if isinstance(step["nan"], int) else 0
+        if isinstance(step["global_batch_size"], int):
+            self.global_batch_size = step["global_batch_size"]
+
+    def as_dict(self) -> dict:
+        times = {"count": self.time_count, "mean": self.time_sum / self.time_count if self.time_count else None,
+                 "min": self.time_min, "max": self.time_max, "median": None}
+        if self.times_overflow:
+            times["median_unavailable"] = "more than %d distinct step times" % MEDIAN_VALUES
+        elif self.times:
+            times["median"] = _median(sorted(self.times), self.times, self.time_count)
+        first, last = ({"step": step["step"], "line_no": step["line_no"]} if step else None
+                       for step in (self.first, self.last))
+        return {"steps": self.count, "first": first, "last": last, "elapsed_ms": times,
+                "problem_steps": self.problems, "skipped_iterations": self.skipped, "nan_iterations": self.nan,
+                "global_batch_size": self.global_batch_size}
 
 
-def _literal_dict(text: str):
-    """A Python repr dict with bare nan/inf, as data; non-finite numbers become strings."""
-    marked = _NON_FINITE_WORD.sub(lambda m: "'__nonfinite__%s%s'" % (m.group(1), m.group(2)), text)
-    value = ast.literal_eval(marked)
-    if not isinstance(value, dict):
-        raise ValueError("not a dict")
-    return {key: (item[len("__nonfinite__"):] if isinstance(item, str) and item.startswith("__nonfinite__")
-                  else item) for key, item in value.items()}
-
-
-def parse_slime(line: str):
-    """(record, None) for a slime step/perf/rollout line, (None, reason) when it cannot be read,
-    (None, None) when the line is something else."""
-    match = _SLIME.search(line)
-    if match is None:
-        if _SLIME_START.search(line):
-            return None, "slime record cut off before its closing brace (a truncated or interleaved line)"
-        return None, None
-    try:
-        data = _literal_dict(match.group("dict"))
-    except (ValueError, SyntaxError) as exc:
-        return None, "slime %s line whose dict cannot be read (%s)" % (match.group("type"), exc.__class__.__name__)
-    return {"line_type": match.group("type"), "index": int(match.group("index")), "data": data,
-            "ray_actor": match.group("actor"), "pid": int(match.group("pid")) if match.group("pid") else None,
-            "ip": match.group("ip"), "timestamp": match.group("ts"), "logger_location": match.group("loc")}, None
-
-
-def failure_kind(line: str) -> Optional[str]:
-    if line.lstrip().startswith(POD_HOOKS_PREFIX):
-        return None
-    for kind, words, pattern in _FAILURES:
-        if (not words or any(word in line for word in words)) and pattern.search(line):
-            return kind
-    return None
+def _median(ordered: list, counts: Counter, total: int) -> float:
+    wanted = [(total - 1) // 2, total // 2]  # the middle one, or the middle two
+    values, seen = [], 0
+    for value in ordered:
+        seen += counts[value]
+        while wanted and wanted[0] < seen:
+            values.append(value)
+            wanted.pop(0)
+        if not wanted:
+            break
+    return (values[0] + values[1]) / 2.0
 
 
 class _Parser(object):
-    """The per-line logic; the drivers below hand it only lines that can matter."""
+    """The per-line logic; ``feed`` hands it only lines that can matter."""
 
-    def __init__(self):
-        self.out = {"format": None, "device": None, "steps": [], "memory": [], "timers": [], "bridge_steps": [],
-                    "perf": [], "failures": [], "warnings": []}
-        self.formats = set()
-        self.timer_block = None
+    def __init__(self, on_step: Optional[Callable[[dict], None]] = None):
+        self.device, self.formats, self.timer_block = None, set(), None
+        self.steps, self.stats, self.on_step = Steps(), StepStats(), on_step
+        self.memory, self.timers = Bounded(RECORDS_KEPT, RECORDS_KEPT), Bounded(RECORDS_KEPT, RECORDS_KEPT)
+        self.bridge_steps, self.perf = Bounded(RECORDS_KEPT, RECORDS_KEPT), Bounded(RECORDS_KEPT, RECORDS_KEPT)
+        self.failures, self.failure_total = {}, 0
+        self.errors, self.warnings = Bounded(ERRORS_KEPT, ERRORS_KEPT), Bounded(WARNINGS_KEPT, WARNINGS_KEPT)
+        self.last, self.runs, self.run_start, self.redraws, self.cpu_touched = None, 1, None, 0, False
+        self.offset = 0  # characters fed so far
 
-    def line(self, line_no: int, line: str) -> None:
-        out = self.out
+    def step(self, step: dict, line_no: int) -> None:
+        step["line_no"] = line_no
+        key = (step.get("epoch") or 0, step["step"])
+        if self.last is not None and step["source"] in ("nemo1", "lightning") and key == self.last[0]:
+            self.redraws += 1  # tqdm redrew the bar at the same position: the same step
+            return
+        new_run = self.last is not None and key <= self.last[0]
+        if new_run:
+            self.runs += 1
+            self.run_start = {"line_no": line_no, "step": step["step"], "after_step": self.last[1]["step"],
+                              "after_line_no": self.last[1]["line_no"]}
+            self.warnings.append("iteration %d at line %d follows iteration %d at line %d: the log holds more than "
+                                 "one run (a restart or two pasted runs)"
+                                 % (step["step"], line_no, self.last[1]["step"], self.last[1]["line_no"]))
+        self.last = (key, step)
+        if self.device == "cpu" and step["tflops_per_gpu"] is not None:
+            step["tflops_per_gpu"], self.cpu_touched = None, True
+        self.formats.add(step["source"])
+        problem = _problem(step)
+        self.stats.add(step, problem)
+        self.steps.add(step, new_run, problem)
+        if self.on_step is not None:
+            self.on_step(step)
+
+    def line(self, line_no: int, line: str, cut: bool = False) -> None:
         if self.timer_block is not None:
-            row = _TIMER_ROW.match(line)
+            row = fmt.TIMER_ROW.match(line)
             if row:
                 self.timer_block["values"][row.group("name")] = [float(row.group("min")), float(row.group("max"))]
                 return
             self.timer_block = None
-        if _TIMER_BLOCK in line:
+        if fmt.TIMER_BLOCK in line:
             self.timer_block = {"line_no": line_no, "format": "minmax", "values": {}}
-            out["timers"].append(self.timer_block)
+            self.timers.append(self.timer_block)
             self.formats.add("megatron")
             return
         if CPU_LAYER_MARK in line and line.lstrip().startswith(CPU_LAYER_MARK):
-            out["device"] = "cpu"
+            self.device = "cpu"
             return
+        if not self.record(line_no, line, cut):
+            return
+        if not any(word in line for word in _FAILURE_WORDS):
+            return  # no word any failure or crash needs (the common case: a step line)
+        kind = failure_kind(line)
+        if kind is not None:
+            self.failure_total += 1
+            self.failures.setdefault(kind, Bounded(FAILURES_KEPT, FAILURES_KEPT)).append(
+                {"kind": kind, "line_no": line_no, "line": line})
+        elif any(word in line for word in fmt.CRASH_WORDS) and fmt.is_crash(line):
+            self.errors.append({"line_no": line_no, "line": line})
+
+    def record(self, line_no: int, line: str, cut: bool) -> bool:
+        """Read the record a line holds; whether the line may also hold a failure (text glued after a
+        progress bar or an iteration line is read; a memory, timer or slime line is only that)."""
         if "iteration" in line:
-            step = parse_iteration(line)
+            step = parse_iteration(line, cut)
             if step is not None:
-                step["line_no"] = line_no
-                out["steps"].append(step)
-                self.formats.add("megatron")
-                return
-        if "memory (MB)" in line:
-            memory = parse_memory(line)
-            if memory is not None:
-                memory["line_no"] = line_no
-                out["memory"].append(memory)
-                return
+                self.step(step, line_no)
+                return True
+            if "memory (MB)" in line:
+                memory = parse_memory(line, cut)
+                if memory is not None:
+                    memory["line_no"] = line_no
+                    self.memory.append(memory)
+                    return False
+        if "Epoch " in line:
+            for step in fmt.parse_bar(line):
+                self.step(step, line_no)
         if "time (ms)" in line:
-            inline = _TIMER_INLINE.search(line)
+            inline = fmt.TIMER_INLINE.search(line)
             if inline:
-                values = {name: _number(text) for name, text in _fields(inline.group("rest")).items()}
-                out["timers"].append({"line_no": line_no, "format": "inline_ms", "values": values})
-                return
+                values = {name: fmt.number(text) for name, text in fmt.fields(inline.group("rest"), cut).items()}
+                self.timers.append({"line_no": line_no, "format": "inline_ms", "values": values})
+                return False
         if "Step Time" in line:
             bridge = parse_bridge(line)
             if bridge is not None:
                 bridge["line_no"] = line_no
-                bridge["ordinal"] = len(out["bridge_steps"]) + 1
-                out["bridge_steps"].append(bridge)
+                bridge["ordinal"] = self.bridge_steps.total + 1
+                self.bridge_steps.append(bridge)
                 self.formats.add("megatron-bridge")
-                return
+                return False
         if ": {" in line:
-            record, problem = parse_slime(line)
+            record, problem = fmt.parse_slime(line)
             if record is not None:
                 record["line_no"] = line_no
-                out["perf"].append(record)
+                self.perf.append(record)
                 self.formats.add("slime")
-                return
+                return False
             if problem:
-                out["warnings"].append("line %d: %s" % (line_no, problem))
-        kind = failure_kind(line)
-        if kind is not None:
-            out["failures"].append({"kind": kind, "line_no": line_no, "line": line})
+                self.warnings.append("line %d: %s" % (line_no, problem))
+        return True
 
-    def feed(self, text: str, line_no: int) -> int:
-        """Parse ``text`` (whole lines; its first line is number ``line_no``); return the number
-        of the line after it. Lines with none of the words any record or failure needs are
-        skipped by one regular-expression scan (most of a large log is chatter)."""
-        pos, size = 0, len(text)
-        while pos < size:
-            if self.timer_block is not None:  # timer rows carry no keyword: read them one by one
-                end = text.find("\n", pos)
-                end = size if end < 0 else end
-                self.line(line_no, text[pos:end].rstrip("\r"))
-                line_no, pos = line_no + 1, end + 1
-                continue
-            match = _INTERESTING.search(text, pos)
-            if match is None:
-                return line_no + text.count("\n", pos)
-            before = text.rfind("\n", pos, match.start())
-            start = pos if before < 0 else before + 1
-            line_no += text.count("\n", pos, start)
-            end = text.find("\n", match.end())
-            end = size if end < 0 else end
-            self.line(line_no, text[start:end].rstrip("\r"))
-            line_no, pos = line_no + 1, end + 1
-        return line_no
+    def feed(self, data: bytes, line_no: int, begin: int = 0, end: Optional[int] = None,
+             cut_last: bool = False) -> int:
+        """Parse ``data[begin:end]`` (UTF-8, whole lines; its first line is number ``line_no``;
+        ``cut_last``: its last line has no newline and may end mid-value); return the number of the line
+        after it."""
+        find, rfind = data.find, data.rfind
+        size = len(data) if end is None else end
+        starts = set()
+        words = _WORDS if self.offset >= MARK_CHARS else _WORDS + (_MARK,)
+        for word in words:  # one C-speed pass per word; only lines holding one are parsed
+            limit = size if word is not _MARK else min(size, begin + MARK_CHARS - self.offset)
+            pos = find(word, begin, limit)
+            while pos >= 0:
+                if word == _OUT and not data.endswith(_TIMEOUT_BYTES, begin, pos):
+                    pos = find(word, pos + 3, limit)
+                    continue
+                starts.add(rfind(b"\n", begin, pos) + 1 or begin)
+                pos = find(b"\n", pos, size)
+                if pos < 0:
+                    break
+                pos = find(word, pos, limit)
+        self.offset += size - begin
+        pos = begin  # the start of line number ``line_no``
+        if self.timer_block is not None:
+            pos, line_no = self._rows(data, pos, size, line_no, cut_last)
+        for start in sorted(starts):
+            if start < pos:
+                continue  # read already, as a row of a timer block
+            line_no += data.count(b"\n", pos, start)
+            stop = find(b"\n", start, size)
+            stop = size if stop < 0 else stop
+            self.line(line_no, _decode(data[start:stop]), cut_last and stop == size)
+            pos, line_no = stop + 1, line_no + 1
+            if self.timer_block is not None:
+                pos, line_no = self._rows(data, pos, size, line_no, cut_last)
+        if pos > size:  # the last line read had no newline: the next line is the rest of it
+            return line_no - 1
+        return line_no + data.count(b"\n", pos, size)
 
-    def result(self) -> dict:
-        self.out["format"] = "+".join(sorted(self.formats)) if self.formats else None
-        if self.out["device"] == "cpu":
-            _cpu_unavailable(self.out)
-        _warn_about_steps(self.out)
-        return self.out
+    def _rows(self, data: bytes, pos: int, size: int, line_no: int, cut_last: bool):
+        """Timer rows carry no keyword: read the lines after a timer block's header one by one."""
+        while self.timer_block is not None and pos < size:
+            stop = data.find(b"\n", pos, size)
+            stop = size if stop < 0 else stop
+            self.line(line_no, _decode(data[pos:stop]), cut_last and stop == size)
+            pos, line_no = stop + 1, line_no + 1
+        return pos, line_no
+
+    def result(self, text: dict) -> dict:
+        failures = sorted((item for kept in self.failures.values() for item in kept.items()),
+                          key=lambda failure: failure["line_no"])
+        out = {"format": "+".join(sorted(self.formats)) if self.formats else None, "device": self.device,
+               "steps": self.steps.items(), "memory": self.memory.items(), "timers": self.timers.items(),
+               "bridge_steps": self.bridge_steps.items(), "perf": self.perf.items(), "failures": failures,
+               "errors": self.errors.items(), "text": text}
+        summary = self.stats.as_dict()
+        summary.update(runs=self.runs, last_run_start=self.run_start, bar_redraws=self.redraws)
+        out["summary"] = summary
+        warnings = self.warnings.items()
+        if self.warnings.dropped():
+            warnings.insert(WARNINGS_KEPT, "warnings.bounded: %d more warnings not shown (the first %d and the last %d "
+                                           "are)" % (self.warnings.dropped(), WARNINGS_KEPT, WARNINGS_KEPT))
+        if self.steps.total > len(out["steps"]):
+            warnings.append("steps.bounded: %d steps read, %d kept in full (the first %d, the first %d of the last run "
+                            "begun after them, the first %d with a problem and the last %d); summary covers all"
+                            % (self.steps.total, len(out["steps"]), STEPS_KEPT, RUN_HEAD_STEPS, PROBLEM_STEPS,
+                               TAIL_STEPS))
+        for name, kept, keep in (("memory", self.memory, RECORDS_KEPT), ("timers", self.timers, RECORDS_KEPT),
+                                 ("bridge_steps", self.bridge_steps, RECORDS_KEPT), ("perf", self.perf, RECORDS_KEPT),
+                                 ("errors", self.errors, ERRORS_KEPT)):
+            if kept.dropped():
+                warnings.append("%s.bounded: %d read, the first %d and the last %d kept" % (name, kept.total, keep, keep))
+        if self.failure_total > len(failures):
+            warnings.append("failures.bounded: %d read, the first %d and the last %d of each kind kept"
+                            % (self.failure_total, FAILURES_KEPT, FAILURES_KEPT))
+        if text.get("partial_last_line"):
+            partial = text["partial_last_line"]
+            warnings.append("%s: line %d has no newline yet (%d characters): not read, as a line still being written; "
+                            "read it with complete=True (attune metrics --complete) once the run has ended"
+                            % (PARTIAL_LAST_LINE, partial["line_no"], partial["chars"]))
+        out["warnings"] = warnings
+        out["counts"] = {"steps": self.steps.total, "memory": self.memory.total, "timers": self.timers.total,
+                         "bridge_steps": self.bridge_steps.total, "perf": self.perf.total,
+                         "failures": self.failure_total, "errors": self.errors.total, "warnings": self.warnings.total}
+        if self.device == "cpu":
+            _cpu_unavailable(out, self.cpu_touched)
+        return out
 
 
-def _cpu_unavailable(out: dict) -> None:
+def _cpu_unavailable(out: dict, touched: bool) -> None:
     """A CPU run's memory report and TFLOP/s: None with the reason, never the stubs' 0."""
-    touched = False
     for record in out["memory"]:
         for key in ("allocated_mb", "max_allocated_mb", "reserved_mb", "max_reserved_mb"):
             touched = touched or record.get(key) is not None
@@ -338,58 +413,145 @@ def _cpu_unavailable(out: dict) -> None:
         out["warnings"].append("memory (MB) and TFLOP/s/GPU are %s" % CPU_UNAVAILABLE)
 
 
-_INTERESTING = re.compile("|".join(re.escape(word) for word in (
-    ("iteration", "memory (MB)", "time (ms)", "Step Time", ": {", _TIMER_BLOCK, CPU_LAYER_MARK)
-    + tuple(word for _kind, words, _pattern in _FAILURES for word in words))))
-CHUNK_CHARS = 8 << 20
+def _decode(line: bytes) -> str:
+    return line.decode("utf-8", "replace").rstrip("\r")
 
 
-def parse_lines(lines: Iterable[str]) -> dict:
-    """Parse an iterable of lines (each ending in a newline but perhaps the last)."""
-    parser = _Parser()
-    parser.feed("".join(lines), 1)
-    return parser.result()
+def _text_counts(block: str) -> int:
+    """Characters that did not decode (U+FFFD) or are NUL (an ASCII text can hold only the latter)."""
+    nul = block.count("\x00") if "\x00" in block else 0  # ``in`` is a memchr: fast where there is none
+    return nul + (0 if block.isascii() else block.count("\ufffd"))
 
 
-# Text that is not a log: characters that did not decode (U+FFFD) or NUL, as a share of those read.
-# A real log holds a few stray bytes; random, compressed or columnar data about half.
-BINARY_SHARE = 0.25
-LINE_CHARS = 8 * CHUNK_CHARS  # a longer "line" (data without newlines) is parsed in pieces of this size
+def _finish(parser: _Parser, carry: bytes, line_no: int, text: dict, complete: bool) -> dict:
+    """Read or hold back the text after the last newline, and build the result."""
+    text["partial_last_line"] = None
+    if carry:
+        if complete:
+            parser.feed(carry, line_no, cut_last=True)
+        else:
+            text["partial_last_line"] = {"line_no": line_no, "chars": len(_decode(carry))}
+    text["lines"] = line_no - 1 + (1 if carry else 0)
+    text["complete"] = complete
+    return parser.result(text)
 
 
-def parse_file(path) -> dict:
-    """Parse a log file in chunks of whole lines (memory bounded by the chunk and the records
-    found, not the file); undecodable bytes are replaced, not fatal, and counted in
-    ``text`` (``chars``, ``undecodable``: U+FFFD or NUL, ``stopped``: reading ended early because
-    the first chunk was mostly binary). ``refusal`` says whether the result is a log at all."""
-    parser = _Parser()
+def parse_lines(lines: Iterable[str], complete: bool = False, on_step=None) -> dict:
+    """Parse an iterable of lines (each ending in a newline but perhaps the last), as ``parse_file``
+    parses a file of that text (without its ``path``)."""
+    parser = _Parser(on_step)
+    whole = "".join(lines)
+    data = whole.encode("utf-8", "surrogateescape")
+    text = {"chars": len(whole), "undecodable": _text_counts(whole), "stopped": False, "bytes": len(data)}
+    cut = data.rfind(b"\n") + 1
+    return _finish(parser, data[cut:], parser.feed(data, 1, 0, cut), text, complete)
+
+
+class _Counter(object):
+    """Characters read and those that did not decode (U+FFFD) or are NUL, counted as the bytes arrive, in
+    spans of ``SPAN`` bytes: an ASCII span needs no decoding; valid UTF-8 is decoded once, strictly, and
+    counted as bytes; only a span with undecodable bytes is decoded with replacement characters and
+    counted as text. (A log's non-ASCII text is a few progress bars or messages: most spans are ASCII.)"""
+
+    SPAN = 1 << 16
+
+    def __init__(self, text: dict):
+        self.text, self.pending = text, b""  # the start of a character cut by the span's end
+
+    def add(self, block: bytes, final: bool = False) -> None:
+        if not self.pending and block.isascii():
+            self._ascii(block)
+            return
+        span = self.SPAN
+        for start in range(0, len(block), span):
+            piece = block[start:start + span]
+            if not self.pending and piece.isascii():
+                self._ascii(piece)
+            else:
+                self._decode(piece, final and start + span >= len(block))
+        if final and self.pending:
+            self._decode(b"", True)
+
+    def _ascii(self, data: bytes) -> None:
+        self.text["chars"] += len(data)
+        self.text["undecodable"] += data.count(b"\x00") if b"\x00" in data else 0
+
+    def _decode(self, data: bytes, final: bool) -> None:
+        text = self.text
+        data = self.pending + data
+        cut = len(data) if final else _char_end(data)
+        data, self.pending = data[:cut], data[cut:]
+        try:
+            text["chars"] += len(data.decode("utf-8"))
+            text["undecodable"] += data.count(b"\xef\xbf\xbd") + (data.count(b"\x00") if b"\x00" in data else 0)
+        except UnicodeDecodeError:
+            chars = data.decode("utf-8", "replace")
+            text["chars"] += len(chars)
+            text["undecodable"] += _text_counts(chars)
+
+
+def _char_end(data: bytes) -> int:
+    """Where the last whole UTF-8 character of ``data`` ends (a block may end inside one)."""
+    for back in range(1, min(4, len(data)) + 1):
+        byte = data[-back]
+        if byte < 0x80:
+            return len(data)
+        if byte >= 0xC0:  # a lead byte: the character needs 2, 3 or 4 bytes
+            need = 2 if byte < 0xE0 else 3 if byte < 0xF0 else 4
+            return len(data) if back >= need else len(data) - back
+    return len(data)
+
+
+def _piece(parser: _Parser, data: bytes, line_no: int) -> tuple:
+    """A line longer than ``LINE_CHARS`` so far, read in pieces: up to its last carriage return (where
+    tqdm redraws a bar: nothing is cut), else all of it, its last value perhaps cut. Returns the line
+    number and what is left to carry."""
+    if len(data) < LINE_CHARS:
+        return line_no, data  # keep reading until it ends
+    split = data.rfind(b"\r") + 1
+    if split:
+        return parser.feed(data, line_no, 0, split), data[split:]
+    return parser.feed(data, line_no, cut_last=True), b""
+
+
+def parse_file(path, complete: bool = False, on_step=None) -> dict:
+    """Parse a log file in blocks of whole lines (memory bounded by the block and the bounds, not the
+    file); undecodable bytes are replaced, not fatal, and counted in ``text`` (``bytes`` and ``chars`` read,
+    ``undecodable``: U+FFFD or NUL, ``stopped``: reading ended early because the first block was mostly
+    binary, ``lines``, ``complete``, ``partial_last_line``). ``refusal`` says whether the result is a
+    log at all; ``complete`` and ``on_step``: the module docstring."""
+    parser = _Parser(on_step)
     line_no = 1
-    text = {"chars": 0, "undecodable": 0, "stopped": False}
-    with open(path, "r", encoding="utf-8", errors="replace", newline="") as handle:
-        carry = ""
+    text = {"chars": 0, "undecodable": 0, "stopped": False, "bytes": 0}
+    counter = _Counter(text)
+    carry = b""
+    with open(path, "rb") as handle:
         while True:
             block = handle.read(CHUNK_CHARS)
             if not block:
+                counter.add(b"", final=True)
                 break
-            first = text["chars"] == 0
-            text["chars"] += len(block)
-            text["undecodable"] += block.count("\ufffd") + block.count("\x00")
+            first = text["bytes"] == 0
+            text["bytes"] += len(block)
+            counter.add(block)
             if first and text["undecodable"] > BINARY_SHARE * text["chars"] and len(block) == CHUNK_CHARS:
                 text["stopped"] = True  # a large file that starts as binary: no need to read the rest
                 break
-            block = carry + block
-            cut = block.rfind("\n") + 1
-            if cut == 0 and len(block) < LINE_CHARS:  # one line longer than a chunk: keep reading until it ends
-                carry = block
+            begin = 0
+            if carry:  # the line the last block ended in: finish it first
+                newline = block.find(b"\n")
+                if newline < 0:
+                    line_no, carry = _piece(parser, carry + block, line_no)
+                    continue
+                line_no, carry, begin = parser.feed(carry + block[:newline + 1], line_no), b"", newline + 1
+            cut = block.rfind(b"\n", begin) + 1
+            if cut == 0:
+                line_no, carry = _piece(parser, block[begin:], line_no)
                 continue
-            cut = cut or len(block)
+            line_no = parser.feed(block, line_no, begin, cut)  # in place: no copy of the block
             carry = block[cut:]
-            line_no = parser.feed(block[:cut], line_no)
-        if carry:
-            parser.feed(carry, line_no)
-    result = parser.result()
+    result = _finish(parser, carry, line_no, text, complete)
     result["path"] = str(path)
-    result["text"] = text
     return result
 
 
@@ -404,10 +566,15 @@ def refusal(parsed: dict) -> Optional[str]:
     if undecodable > BINARY_SHARE * chars:
         return "mostly binary (%d%% of the %s characters read are not UTF-8 text)" % (
             round(100.0 * undecodable / chars), "first %d" % chars if text.get("stopped") else "%d" % chars)
-    if not any(parsed.get(key) for key in ("steps", "memory", "timers", "bridge_steps", "perf", "failures",
-                                          "warnings")):
+    warnings = [w for w in parsed.get("warnings", ()) if not w.startswith(PARTIAL_LAST_LINE)]
+    if not warnings and not any(parsed.get(key) for key in ("steps", "memory", "timers", "bridge_steps", "perf",
+                                                            "failures")):
         return "holds no Megatron-LM, Megatron-Bridge or slime record and no failure this parser recognises"
     return None
+
+
+def _key(step: dict) -> tuple:
+    return step.get("epoch") or 0, step["step"]
 
 
 def last_run_start(steps: list) -> int:
@@ -415,18 +582,21 @@ def last_run_start(steps: list) -> int:
     went back (a restarted pod, or two runs in one log); 0 when the log holds one run."""
     start = 0
     for index in range(1, len(steps)):
-        if steps[index]["step"] <= steps[index - 1]["step"]:
+        if _key(steps[index]) <= _key(steps[index - 1]):
             start = index
     return start
 
 
-def _warn_about_steps(out: dict) -> None:
-    seen = {}
-    for step in out["steps"]:
-        number = step["step"]
-        if number in seen:
-            out["warnings"].append("iteration %d appears at lines %d and %d: the log holds more than one run "
-                                   "(a restart or two pasted runs)" % (number, seen[number], step["line_no"]))
-        seen[number] = step["line_no"]
-
-
+def last_run(parsed: dict) -> tuple:
+    """The kept steps of the log's last run, and where it starts (``summary.last_run_start``: line,
+    iteration and the iteration before it; None when the log holds one run). The restart is found
+    while reading, so it is right even where the steps around it were not kept."""
+    steps = parsed.get("steps", [])
+    start = (parsed.get("summary") or {}).get("last_run_start")
+    if start is None:
+        index = last_run_start(steps)  # a result built by hand, without a summary
+        if not index:
+            return steps, None
+        start = {"line_no": steps[index]["line_no"], "step": steps[index]["step"],
+                 "after_step": steps[index - 1]["step"], "after_line_no": steps[index - 1]["line_no"]}
+    return [step for step in steps if step["line_no"] >= start["line_no"]], start

@@ -16,7 +16,8 @@ import dataclasses
 import re
 from typing import Iterable, Optional
 
-from .logparse import POD_HOOKS_PREFIX, failure_kind, last_run_start
+from .logformats import is_crash
+from .logparse import failure_kind, last_run
 
 # name -> (what it means, what the agent does next); the order is the order of precedence.
 CLASSES = {
@@ -111,8 +112,6 @@ _NOT_CONFIG = re.compile(r"\b(?:ImportError|ModuleNotFoundError|AttributeError|N
                          r"DistBackendError|DistNetworkError|DistStoreError)\b|NCCL error|CUDA error|"
                          r"unhandled (?:cuda|system) error")
 _VALIDATION_SPAN = 60  # lines: a validation frame explains the first exception within this many lines after it
-_CRASH = re.compile(r"Traceback \(most recent call last\)|\b\w+Error: |Segmentation fault|core dumped|"
-                    r"terminate called|ChildFailedError|exitcode\s*:\s*-?[1-9]")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -216,7 +215,8 @@ def classify(parsed: dict, exit_code: Optional[int] = None, events: Iterable[str
     """The failure class of a run, or None when nothing shows a failure.
 
     ``parsed`` is ``logparse`` output; ``log_lines`` (optional) lets a crash name its traceback
-    line when no failure record did; ``backend_message`` is what the backend said about the job (a
+    line when no failure record did, and without them the crash lines the parser kept (``errors``) do;
+    ``backend_message`` is what the backend said about the job (a
     RayJob's ``status.message``), read for failures when the log does not show one. Only the log's last
     run counts (a restarted pod: from the first iteration after the last place the iteration number went
     back), and a run that exited 0 after its last iteration finished, whatever error text it printed (a
@@ -234,8 +234,8 @@ def classify(parsed: dict, exit_code: Optional[int] = None, events: Iterable[str
             return _make("image_pull", event, None, "events")
     # exit 0 after the last iteration of the run: it finished, whatever error text it printed
     completed = exit_code == 0 and bool(steps) and steps[-1]["step"] >= steps[-1]["train_iters"]
-    start = last_run_start(steps)
-    after = steps[start]["line_no"] if start else 0  # the last run got as far as training: what came before is over
+    run_steps, run_start = last_run(parsed)
+    after = run_start["line_no"] if run_start else 0  # the last run got as far as training: what came before is over
     failures = [] if completed else [f for f in parsed.get("failures", []) if f["line_no"] > after]
     failures += [] if completed else [f for f in _message_failures(backend_message)
                                       if f["kind"] not in ("exception", "validation", "assertion")]
@@ -244,7 +244,7 @@ def classify(parsed: dict, exit_code: Optional[int] = None, events: Iterable[str
         evidence, line_no, source, which = memory
         return _make("oom", evidence, line_no, source, which)
     log_failures = [f for f in failures if f["line_no"] is not None]
-    progress = [records[0]["line_no"] for records in (steps[start:], parsed.get("perf", []),
+    progress = [records[0]["line_no"] for records in (run_steps, parsed.get("perf", []),
                                                       parsed.get("bridge_steps", [])) if records]
     config = _config_error(log_failures, min(progress) if progress else None)
     if config is not None:
@@ -270,10 +270,14 @@ def classify(parsed: dict, exit_code: Optional[int] = None, events: Iterable[str
     if log_lines and not completed:
         for number in range(len(log_lines), 0, -1):  # the last error line is the one that ended it
             line = log_lines[number - 1]
-            if _CRASH.search(line) and not line.lstrip().startswith(POD_HOOKS_PREFIX):
+            if is_crash(line):
                 if exit_code not in (None, 0) or number > len(log_lines) - 200:
                     return _make("crash", line, number, "log")
                 break
+    elif parsed.get("errors") and not completed:  # a log too large to hold as lines: the parser's crash lines
+        last, lines = parsed["errors"][-1], (parsed.get("text") or {}).get("lines") or 0
+        if exit_code not in (None, 0) or last["line_no"] > lines - 200:
+            return _make("crash", last["line"], last["line_no"], "log")
     if exit_code not in (None, 0):
         return _make("crash", "the process exited with code %d" % exit_code, None, "exit_code")
     return None

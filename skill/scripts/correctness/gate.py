@@ -89,18 +89,17 @@ def load_run(path, role: str = "run") -> RunDir:
     log = directory / "log.txt"
     if not log.is_file():
         raise InputError("%s %s: has no log.txt. Fix: finalize the run first, or copy its log there" % (role, directory))
-    parsed = logparse.parse_file(log)
+    parsed = logparse.parse_file(log, complete=True)  # a finished run's log
     refused = logparse.refusal(parsed)
     if refused:
         raise InputError("%s: %s, so not a training log. Fix: give the %s's run directory with the log its run "
                          "wrote" % (log, refused, role))
     warnings = list(parsed.get("warnings", []))
-    records = parsed["steps"]
-    start = logparse.last_run_start(records)
+    records, start = logparse.last_run(parsed)
     if start:
-        warnings.append("%s restarts at line %d; only its last run is compared" % (log, records[start]["line_no"]))
+        warnings.append("%s restarts at line %d; only its last run is compared" % (log, start["line_no"]))
     steps = {}
-    for record in records[start:]:
+    for record in records:
         steps[record["step"]] = {"loss": _loss(record["lm_loss"]), "skipped": record["skipped"] or 0,
                                  "nan": record["nan"] or 0}
     with open(log, "r", encoding="utf-8", errors="replace") as handle:

@@ -492,7 +492,7 @@ def test_a_large_binary_file_is_refused_without_reading_it_all(tmp_path, monkeyp
     path = tmp_path / "core.bin"
     path.write_bytes(random.Random(3).randbytes(1 << 20))
     parsed = logparse.parse_file(path)
-    assert parsed["text"]["stopped"] and parsed["text"]["chars"] == 1024
+    assert parsed["text"]["stopped"] and parsed["text"]["bytes"] == 1024
     assert logparse.refusal(parsed).startswith("mostly binary")
 
 

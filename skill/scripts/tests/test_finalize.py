@@ -136,3 +136,16 @@ def test_a_failing_pod_hook_does_not_fail_a_run_that_finished(tmp_path, capsys):
     b = setup(tmp_path)
     row = finalize(b.campaign, RunFacts("r001", log, 0, 1000.0, 1450.0, 8, seq_length=4096))
     assert row["status"] == "finished" and "failure" not in row
+
+
+def test_a_log_too_large_to_hold_as_lines_is_triaged_from_the_parse(tmp_path, monkeypatch):
+    from attune_core import finalize as finalize_mod
+    monkeypatch.setattr(finalize_mod, "CRASH_SCAN_BYTES", 100)  # any log is "large": no lines are held
+    b = setup(tmp_path)
+    log = megatron_log(tmp_path / "log.txt", iterations=range(1, 8))
+    crash = (DATA / "logs" / "F_formats" / "nemo1_speech3493_bar_then_error.log").read_text()  # real crash lines
+    log.write_text(log.read_text() + crash)
+    row = finalize(b.campaign, RunFacts("r001", log, 1, 0.0, 60.0, 8, 4096))
+    assert row["status"] == "failed" and row["failure"]["class"] == "crash"
+    assert row["failure"]["evidence"] == "Traceback (most recent call last):"
+    assert row["metrics"]["iter"] == list(range(1, 8)) + [32]  # the progress bar before the error is a step too

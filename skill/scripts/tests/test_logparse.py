@@ -11,7 +11,7 @@ import math
 import pytest
 from conftest import DATA
 
-from attune_core import logparse
+from attune_core import logparse, triage
 
 LOGS = DATA / "logs"
 
@@ -116,3 +116,114 @@ def test_truncated_and_garbage_input_never_raises(tmp_path):
     assert [step["step"] for step in parsed["steps"]] == [3]
     assert parsed["steps"][0]["elapsed_ms"] is None and parsed["steps"][0]["lm_loss"] is None
     assert any("line 2" in warning for warning in parsed["warnings"])
+
+
+def _subset(got: dict, wanted: dict, where) -> None:
+    for key, value in wanted.items():
+        assert key in got, (where, key, sorted(got))
+        assert same(got[key], value), (where, key, got[key], value)
+
+
+@pytest.mark.parametrize("log, expected", cases("F_formats"))
+def test_every_format_gives_its_steps_and_every_field(log, expected):
+    """Megatron-DeepSpeed (seconds), NeMo 2 (underscored names), NeMo 1 and Lightning bars (glued text,
+    redraws): each step record names every field the line prints, as printed (ms for step times)."""
+    parsed = logparse.parse_file(log)
+    steps = {step["line_no"]: step for step in parsed["steps"]}
+    wanted = [r for r in expected if r["kind"] == "step"]
+    assert sorted(steps) == [r["line_no"] for r in wanted]
+    for record in wanted:
+        step = steps[record["line_no"]]
+        for key, value in record.items():
+            if key in ("kind", "note", "line_no"):
+                continue
+            if key in ("fields", "losses"):
+                _subset(step[key], value, (record["line_no"], key))
+            else:
+                assert key in step and same(step[key], value), (record["line_no"], key, step.get(key), value)
+    for record in expected:
+        if record["kind"] == "crash":
+            assert record["line_no"] in [error["line_no"] for error in parsed["errors"]]
+        elif record["kind"] == "bar_redraws":
+            assert parsed["summary"]["bar_redraws"] == record["count"]
+        elif record["kind"] == "triage":
+            lines = log.read_text().split("\n")
+            for log_lines in (lines, None):  # from the lines (a small log) and from the parse alone (a large one)
+                found = triage.classify(parsed, exit_code=record["exit_code"], log_lines=log_lines)
+                assert (found.cls, found.line_no) == (record["class"], record["line_no"])
+
+
+@pytest.mark.parametrize("log, expected", cases("E_nemo_bridge", lambda r: r.get("format", "").startswith("nemo")))
+def test_nemo_lines_are_steps(log, expected):
+    parsed = logparse.parse_file(log)
+    steps = {step["line_no"]: step for step in parsed["steps"]}
+    assert sorted(steps) == [r["line_no"] for r in expected]
+    for record in expected:
+        step = steps[record["line_no"]]
+        assert (step["step"], step["train_iters"], step["epoch"]) == (record["iteration"], record["max_iterations"],
+                                                                     record["epoch"])
+        assert same(step["global_step"], record["global_step"]) and same(step["lm_loss"], record["loss"])
+        assert same(step["consumed_samples"], record["consumed_samples"])
+        if record["step_time_s"] is None:
+            assert step["elapsed_ms"] is None and step["elapsed_unit"] is None
+        else:
+            assert same(step["elapsed_ms"], record["step_time_s"] * 1000) and step["elapsed_unit"] == "s"
+        for key in ("lr", "global_batch_size"):
+            if key in record:
+                assert same(step[key], record[key]), key
+        if "val_loss" in record:
+            assert same(step["losses"]["val_loss"], record["val_loss"])
+        if "progress_loss" in record:  # Lightning's running loss beside NeMo's reduced_train_loss
+            assert same(step["losses"]["loss"], record["progress_loss"])
+            assert step["fields"]["rate"] == "%ss/it" % record["sec_per_it"]
+
+
+def test_a_failure_glued_to_an_iteration_line_gives_both():
+    # composed from two real lines: mlm602's iteration 2 and mlm92's OOM, as one write interleaves them
+    step_line = (LOGS / "A_iteration" / "mlm602_fp16_skipped.log").read_text().split("\n")[2]
+    oom_line = (LOGS / "C_failures" / "mlm92_oom_old_format.log").read_text().split("\n")[8]
+    assert step_line.rstrip().endswith("|") and "CUDA out of memory" in oom_line
+    parsed = logparse.parse_lines([step_line + oom_line + "\n"])
+    assert [step["step"] for step in parsed["steps"]] == [2] and parsed["steps"][0]["elapsed_ms"] == 1152.3
+    assert [(failure["kind"], failure["line_no"]) for failure in parsed["failures"]] == [("oom", 1)]
+
+
+def test_every_failure_and_crash_word_is_found_by_the_prefilter():
+    """A line is parsed only if it holds one of logparse.WORDS: each word a failure or crash needs must."""
+    from attune_core import logformats
+    needed = [word for _kind, words, _pattern in logformats.FAILURES for word in words] + list(logformats.CRASH_WORDS)
+    for word in needed:
+        found = [w for w in logparse.WORDS if w in word]
+        assert found, word
+        if found == ["out"]:  # "out" counts only after "ime", "imed " or "ime "
+            assert word.endswith(tuple(prefix + "out" for prefix in logparse._TIMEOUT)), word
+
+
+@pytest.mark.parametrize("log", sorted((LOGS / "A_iteration").glob("*.log")) + sorted((LOGS / "F_formats").glob("*.log"))
+                         + sorted((LOGS / "E_nemo_bridge").glob("*nemo*.log")), ids=lambda path: path.name)
+def test_no_field_a_step_line_prints_is_dropped(log):
+    """Every ``name: value`` (or ``name=value`` in a bar) a real step line prints is somewhere in its step:
+    under a known key, in ``losses`` or in ``fields``."""
+    from attune_core import logformats
+    lines = log.read_text().split("\n")
+    parsed = logparse.parse_file(log)
+    assert parsed["steps"], log
+    for step in parsed["steps"]:
+        line = lines[step["line_no"] - 1]
+        if step["source"] in ("nemo1", "lightning"):
+            inner = line[line.index("[", line.index("Epoch ")) + 1:line.index("]", line.index("Epoch "))]
+            printed = [part.partition("=") for part in inner.split(", ")]
+        else:
+            printed = [part.partition(":") for part in line.split("iteration", 1)[1].split("|")[1:]]
+        for name, sep, value in printed:
+            name = name.strip()
+            if not sep or not name:
+                continue
+            known = logformats._KNOWN_FIELDS.get(name.lower().replace("_", " "))
+            where = (step["line_no"], name, value)
+            if known is not None:
+                assert step[known[0]] is not None or logformats.number(value) is None, where
+            elif "loss" in name.lower():
+                assert name in step["losses"], where
+            else:
+                assert logformats.snake(name) in step["fields"], where
