@@ -32,11 +32,16 @@ def same(actual, wanted):
     return actual == wanted
 
 
+def steps_at_lines(log, expected) -> dict:
+    """The parsed steps of ``log`` by line number, which must be exactly the lines ``expected`` lists."""
+    steps = {step["line_no"]: step for step in logparse.parse_file(log)["steps"]}
+    assert sorted(steps) == [record["line_no"] for record in expected]
+    return steps
+
+
 @pytest.mark.parametrize("log, expected", cases("A_iteration"))
 def test_iteration_lines(log, expected):
-    parsed = logparse.parse_file(log)
-    steps = {step["line_no"]: step for step in parsed["steps"]}
-    assert sorted(steps) == [record["line_no"] for record in expected]
+    steps = steps_at_lines(log, expected)
     for record in expected:
         step = steps[record["line_no"]]
         for field in ("step", "elapsed_ms", "tflops_per_gpu", "lm_loss", "grad_norm", "lr", "global_batch_size",
@@ -155,9 +160,7 @@ def test_every_format_gives_its_steps_and_every_field(log, expected):
 
 @pytest.mark.parametrize("log, expected", cases("E_nemo_bridge", lambda r: r.get("format", "").startswith("nemo")))
 def test_nemo_lines_are_steps(log, expected):
-    parsed = logparse.parse_file(log)
-    steps = {step["line_no"]: step for step in parsed["steps"]}
-    assert sorted(steps) == [r["line_no"] for r in expected]
+    steps = steps_at_lines(log, expected)
     for record in expected:
         step = steps[record["line_no"]]
         assert (step["step"], step["train_iters"], step["epoch"]) == (record["iteration"], record["max_iterations"],
