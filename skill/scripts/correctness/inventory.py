@@ -71,8 +71,8 @@ def megatron_arguments(root, timeout_s: float = 300.0) -> list:
                          "it where the checkout's packages (torch) import" % (source, sys.executable, tail))
 
 
-def _literal_flags(call: ast.Call) -> list:
-    return [arg.value for arg in call.args
+def _literal_flags(args) -> list:
+    return [arg.value for arg in args
             if isinstance(arg, ast.Constant) and isinstance(arg.value, str) and arg.value.startswith("--")]
 
 
@@ -97,9 +97,9 @@ def slime_arguments(root) -> list:
             func = node.func
             name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
             if name == "add_argument":
-                names.update(_literal_flags(node))
-            elif name == "reset_arg" and len(node.args) >= 2:  # reset_arg(parser, "--flag", ...)
-                names.update(_literal_flags(ast.Call(func=func, args=node.args[1:2], keywords=[])))
+                names.update(_literal_flags(node.args))
+            elif name == "reset_arg":  # reset_arg(parser, "--flag", ...)
+                names.update(_literal_flags(node.args[1:2]))
     return sorted(name for name in names if name != "--help")
 
 
