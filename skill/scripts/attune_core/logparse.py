@@ -59,19 +59,27 @@ CPU_UNAVAILABLE = ("unavailable: a CPU run (the attune-cpu layer): the CPU has n
                    "TFLOP/s figure is not measured there")
 PARTIAL_LAST_LINE = "text.partial_last_line"
 
+FRAME_WORD = '", line '  # a traceback's frame: File "...", line N, in f
 # A word every record, failure or crash line holds; a line with none of them is never parsed. Each costs a
 # pass over the text (about as long as ``grep -c`` takes), so one word stands for many: "emory" for every
 # out-of-memory text, "rror" for assertion, argparse and Python errors.
 WORDS = ("iteration", "(ms)", "Step Time", "Epoch ", ": {", "out", "emory", "rror", "Traceback",
          # the failure kinds' other words (logformats.FAILURES): out-of-memory texts without "emory" (OOMKilled,
          # oom-kill, CUDA_ERROR_OUT_OF_MEMORY, NCCL's "Failed to CUDA calloc", cuBLAS's and cuDNN's *_STATUS_*),
-         # a shell's "Killed", an exception named ...Exception, and the frames and assert lines of validation
-         "OOM", "oom", "MEMORY", "Failed to CUDA", "_STATUS_", "Killed", "xception", '", line ', "assert ", " == 0")
+         # a shell's "Killed", an exception named ...Exception
+         "OOM", "oom", "MEMORY", "Failed to CUDA", "_STATUS_", "Killed", "xception",
+         # a traceback's frame, where validation shows (logformats.FAILURES "validation")
+         FRAME_WORD)
+# The source lines a frame prints under it (an assert, a multi-line assert's condition) are not searched for:
+# the FRAME_LINES lines after each frame are read one by one.
+FRAME_LINES = 3
+SOURCE_WORDS = ("assert ", " == 0")
 _TIMEOUT = ("ime", "imed ", "ime ")  # "out" counts only after these: "timeout", "timed out", "time out"
 # The log is searched as UTF-8 bytes (a text with one non-ASCII character would take 2 or 4 bytes a character
 # as a str, and be slower to search); only the lines found are decoded.
 _WORDS = tuple(word.encode() for word in WORDS)
-_FAILURE_WORDS = tuple(word for word in WORDS if word not in ("iteration", "(ms)", "Step Time", "Epoch ", ": {"))
+_FAILURE_WORDS = tuple(word for word in WORDS if word not in ("iteration", "(ms)", "Step Time", "Epoch ", ": {")
+                       ) + SOURCE_WORDS
 _OUT, _TIMEOUT_BYTES, _MARK = b"out", tuple(prefix.encode() for prefix in _TIMEOUT), CPU_LAYER_MARK.encode()
 MARK_CHARS = 1 << 20  # the cpu layer's mark is looked for in the log's first MiB: the layer prints it at start
 CHUNK_CHARS = 8 << 20  # bytes read at a time
@@ -208,7 +216,7 @@ class _Parser(object):
     """The per-line logic; ``feed`` hands it only lines that can matter."""
 
     def __init__(self, on_step: Optional[Callable[[dict], None]] = None):
-        self.device, self.formats, self.timer_block = None, set(), None
+        self.device, self.formats, self.timer_block, self.traceback_left = None, set(), None, 0
         self.steps, self.stats, self.on_step = Steps(), StepStats(), on_step
         self.memory, self.timers = Bounded(RECORDS_KEPT, RECORDS_KEPT), Bounded(RECORDS_KEPT, RECORDS_KEPT)
         self.bridge_steps, self.perf = Bounded(RECORDS_KEPT, RECORDS_KEPT), Bounded(RECORDS_KEPT, RECORDS_KEPT)
@@ -242,6 +250,8 @@ class _Parser(object):
             self.on_step(step)
 
     def line(self, line_no: int, line: str, cut: bool = False) -> None:
+        if self.traceback_left:
+            self.traceback_left -= 1
         if self.timer_block is not None:
             row = fmt.TIMER_ROW.match(line)
             if row:
@@ -261,6 +271,8 @@ class _Parser(object):
         if not any(word in line for word in _FAILURE_WORDS):
             return  # no word any failure or crash needs (the common case: a step line)
         kind = failure_kind(line)
+        if FRAME_WORD in line:
+            self.traceback_left = FRAME_LINES  # the frame's source lines follow it
         if kind is not None:
             self.failure_total += 1
             self.failures.setdefault(kind, Bounded(FAILURES_KEPT, FAILURES_KEPT)).append(
@@ -333,7 +345,7 @@ class _Parser(object):
                 pos = find(word, pos, limit)
         self.offset += size - begin
         pos = begin  # the start of line number ``line_no``
-        if self.timer_block is not None:
+        if self.timer_block is not None or self.traceback_left:
             pos, line_no = self._rows(data, pos, size, line_no, cut_last)
         for start in sorted(starts):
             if start < pos:
@@ -343,15 +355,16 @@ class _Parser(object):
             stop = size if stop < 0 else stop
             self.line(line_no, _decode(data[start:stop]), cut_last and stop == size)
             pos, line_no = stop + 1, line_no + 1
-            if self.timer_block is not None:
+            if self.timer_block is not None or self.traceback_left:
                 pos, line_no = self._rows(data, pos, size, line_no, cut_last)
         if pos > size:  # the last line read had no newline: the next line is the rest of it
             return line_no - 1
         return line_no + data.count(b"\n", pos, size)
 
     def _rows(self, data: bytes, pos: int, size: int, line_no: int, cut_last: bool):
-        """Timer rows carry no keyword: read the lines after a timer block's header one by one."""
-        while self.timer_block is not None and pos < size:
+        """Timer rows and a frame's source lines carry no keyword: read the lines after a timer block's header, or
+        a traceback's frame, one by one."""
+        while (self.timer_block is not None or self.traceback_left) and pos < size:
             stop = data.find(b"\n", pos, size)
             stop = size if stop < 0 else stop
             self.line(line_no, _decode(data[pos:stop]), cut_last and stop == size)

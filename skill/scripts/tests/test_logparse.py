@@ -194,12 +194,30 @@ def test_a_failure_glued_to_an_iteration_line_gives_both():
 def test_every_failure_and_crash_word_is_found_by_the_prefilter():
     """A line is parsed only if it holds one of logparse.WORDS: each word a failure or crash needs must."""
     from attune_core import logformats
-    needed = [word for _kind, words, _pattern in logformats.FAILURES for word in words] + list(logformats.CRASH_WORDS)
+    needed = [word for kind, words, _pattern in logformats.FAILURES for word in words
+              if kind != "validation"] + list(logformats.CRASH_WORDS)
     for word in needed:
         found = [w for w in logparse.WORDS if w in word]
         assert found, word
         if found == ["out"]:  # "out" counts only after "ime", "imed " or "ime "
             assert word.endswith(tuple(prefix + "out" for prefix in logparse._TIMEOUT)), word
+    # validation's frames are searched for; the source lines under a frame are read as the lines after it
+    validation = next(words for kind, words, _pattern in logformats.FAILURES if kind == "validation")
+    assert logparse.FRAME_WORD in logparse.WORDS
+    assert set(validation) <= {logparse.FRAME_WORD} | set(logparse.SOURCE_WORDS)
+
+
+def test_the_source_line_under_a_frame_is_read_wherever_the_blocks_cut_the_log(monkeypatch, tmp_path):
+    frames = ['[rank3]:   File "/opt/megatron/megatron/training/arguments.py", line 412, in validate_args',
+              "[rank3]:     assert args.num_layers % args.pipeline_model_parallel_size == 0",
+              "[rank3]: AssertionError"]
+    log = tmp_path / "log.txt"
+    log.write_text("noise line\n" * 50 + "\n".join(frames) + "\n" + "noise line\n" * 300)
+    whole = logparse.parse_file(log, complete=True)["failures"]
+    assert [f["kind"] for f in whole] == ["validation", "validation", "assertion"]
+    for chunk in (7, 64, 600):  # the traceback split across reads at other places
+        monkeypatch.setattr(logparse, "CHUNK_CHARS", chunk)
+        assert logparse.parse_file(log, complete=True)["failures"] == whole, chunk
 
 
 @pytest.mark.parametrize("log", sorted((LOGS / "A_iteration").glob("*.log")) + sorted((LOGS / "F_formats").glob("*.log"))
