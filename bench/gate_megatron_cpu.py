@@ -26,6 +26,7 @@ sys.path.insert(0, str(REPO / "bench"))
 import bench_megatron_cpu as lever_bench  # noqa: E402  (sets the import paths)
 import megatron_cpu  # noqa: E402
 from attune_core.recipe import Recipe  # noqa: E402
+from correctness import convergence  # noqa: E402
 from correctness import gate as gate_mod  # noqa: E402
 
 _set = lever_bench._set
@@ -76,16 +77,13 @@ def summary(result: dict) -> dict:
     out = {"verdict": result["verdict"], "reasons": result["reasons"],
            "config_changes": [(c["kind"], c["name"]) for c in result["config"]["changes"]],
            "bridge_passed": conv["bridge"]["passed"]}
-    for name in ("level", "progress"):
+    for name in convergence.STATISTICS:
         stat = cal.get(name)
         if stat:
             out[name] = {key: stat.get(key) for key in ("value", "threshold", "threshold_basis", "rerun", "passed")}
     out["deterministic_reruns"] = cal.get("deterministic")
     out["calibrated_passed"] = cal.get("passed")
     out["same_init_basis"] = cal.get("same_init_basis")
-    if cal.get("drift"):
-        out["drift"] = {key: cal["drift"].get(key) for key in ("value", "threshold", "threshold_basis", "rerun",
-                                                                 "passed")}
     return out
 
 
@@ -147,13 +145,13 @@ def _stat(row, name):
 
 def render(table) -> str:
     out = ["| pair | kind | change | verdict | expected | loss check | level (value / threshold) | "
-           "progress (value / threshold) | drift (value / threshold) | reasons |",
-           "|---|---|---|---|---|---|---:|---:|---:|---|"]
+           "progress (value / threshold) | drift (value / threshold) | widening (value / threshold) | reasons |",
+           "|---|---|---|---|---|---|---:|---:|---:|---:|---|"]
     for row in table:
         loss = {True: "pass", False: "fail"}.get(row.get("calibrated_passed"), "n/a")
-        out.append("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
+        out.append("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
             row["name"], row["kind"], row["what"], row["verdict"], row["expected"], loss, _stat(row, "level"),
-            _stat(row, "progress"), _stat(row, "drift"), "; ".join(row["reasons"])[:300].replace("|", "\\|")))
+            _stat(row, "progress"), _stat(row, "drift"), _stat(row, "widening"), "; ".join(row["reasons"])[:300].replace("|", "\\|")))
     return "\n".join(out)
 
 

@@ -453,7 +453,8 @@ def cmd_gate(args) -> int:
         lines.append("change: %s %s: %s -> %s: %s%s" % (
             change["kind"], change["name"], "unset" if change["old"] is None else change["old"],
             "unset" if change["new"] is None else change["new"], change["class"], " (exact)" if change.get("exact") else ""))
-    for name in ("level", "progress", "drift"):
+    from correctness.convergence import STATISTICS
+    for name in STATISTICS:
         if calibrated.get(name):
             stat = calibrated[name]
             lines.append("%s: %.4g%% (threshold %.4g%%, %s)" % (name, stat["value"] * 100, stat["threshold"] * 100,

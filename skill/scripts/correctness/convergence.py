@@ -41,10 +41,13 @@ TOLERANCES = {
     # golden curves, and how far beyond the measured rerun spread a candidate may go. These are for
     # runs whose initial weights differ (a layout change re-drew them): the level (mostly the offset
     # the re-draw brings) 3 x, the progress and the drift (how differently the runs learn) about
-    # 1.5 x the largest legitimate difference measured there (0.69%, 0.13% and 0.23%).
+    # 1.5 x the largest legitimate difference measured there (0.69%, 0.13% and 0.23%); the widening
+    # 2 x its largest there (0.085%: runs whose weights were drawn apart come closer as they learn,
+    # so the gap between them does not grow).
     "calibrated.level_floor": 0.02,
     "calibrated.progress_floor": 0.002,
     "calibrated.drift_floor": 0.0035,
+    "calibrated.widening_floor": 0.0017,
     "calibrated.rerun_multiplier": 3.0,
     # The loss of the first iteration is the initial weights' loss on the first batch, before any
     # update: when the candidate's equals the baseline's to this relative difference, both runs
@@ -127,6 +130,16 @@ def _late_median(series: list) -> float:
     return float(np.median(tail))
 
 
+EARLY_STEPS = 3
+STATISTICS = ("level", "progress", "drift", "widening")
+
+
+def widening(level: list) -> float:
+    """How much the gap between the curves grew: the median of the level series over the last third of
+    the window less its median over the first ``EARLY_STEPS`` steps (negative when the gap closed)."""
+    return _late_median(level) - float(np.median(level[:EARLY_STEPS]))
+
+
 def same_weights_measured(steps: Sequence[int], candidate: Sequence[float], baseline: Sequence[float],
                           tolerances: dict = TOLERANCES) -> bool:
     """Whether the first iteration's losses show that both runs started from the same weights: the window
@@ -155,16 +168,20 @@ def calibrated(steps: Sequence[int], candidate: Sequence[float], baseline: Seque
            "level": {"value": max(level), "step": steps[level.index(max(level))]},
            "progress": {"value": _late_median(progress),
                         "over_steps": [steps[-max(1, len(steps) // 3)], steps[-1]]},
-           "drift": {"value": max(progress), "step": steps[progress.index(max(progress))]}}
+           "drift": {"value": max(progress), "step": steps[progress.index(max(progress))]},
+           "widening": {"value": widening(level), "from_steps": [steps[0], steps[min(EARLY_STEPS, len(steps)) - 1]],
+                        "over_steps": [steps[-max(1, len(steps) // 3)], steps[-1]],
+                        "early": float(np.median(level[:EARLY_STEPS])), "late": _late_median(level)}}
     usable = [r for r in repeats if len(r) == len(baseline)]
     deterministic = bool(usable) and all(list(r) == list(baseline) for r in usable)
     out["reruns"] = len(usable)
     out["deterministic"] = deterministic
-    rerun = {"level": None, "progress": None, "drift": None}
+    rerun = {"level": None, "progress": None, "drift": None, "widening": None}
     if usable:
         rerun["level"] = max(max(level_series(r, baseline)) for r in usable)
         rerun["progress"] = max(_late_median(progress_series(r, baseline)) for r in usable)
         rerun["drift"] = max(max(progress_series(r, baseline)) for r in usable)
+        rerun["widening"] = max(max(0.0, widening(level_series(r, baseline))) for r in usable)
     multiplier = t["calibrated.rerun_multiplier"]
     baseline_progress = max(abs(b - baseline[0]) / abs(b) if b else 0.0 for b in baseline)
     out["baseline_progress"] = baseline_progress
@@ -174,9 +191,9 @@ def calibrated(steps: Sequence[int], candidate: Sequence[float], baseline: Seque
                               "the first iteration's loss is the baseline's to %g: the same initial weights"
                               % t["calibrated.same_weights_first_step"] if measured else
                               "a change re-draws the initial weights")
-    for name in ("level", "progress", "drift"):
+    for name in STATISTICS:
         if out["same_init"]:
-            floor = max(t["calibrated.same_init.%s_floor" % ("level" if name == "drift" else name)],
+            floor = max(t["calibrated.same_init.%s_floor" % ("progress" if name == "progress" else "level")],
                         t["calibrated.same_init.progress_fraction"] * baseline_progress)
             floor_text = "same-weights floor %.3g" % floor
         else:
@@ -203,7 +220,10 @@ def calibrated(steps: Sequence[int], candidate: Sequence[float], baseline: Seque
                         ("progress", "loss change since step %d differs from the baseline's by %.3g%% of the loss "
                                      "(median of steps %d-%d), beyond %.3g%% (%s)"),
                         ("drift", "loss change since step %d differs from the baseline's by %.3g%% of the loss at "
-                                  "step %d, beyond the %.3g%% a legitimate rerun allows (%s)")):
+                                  "step %d, beyond the %.3g%% a legitimate rerun allows (%s)"),
+                        ("widening", "loss gap to the baseline widened from %.3g%% (median of steps %d-%d) to %.3g%% "
+                                     "(median of steps %d-%d), by %.3g%%, beyond the %.3g%% a legitimate rerun "
+                                     "allows (%s)")):
         stat = out[name]
         if stat["passed"]:
             continue
@@ -212,6 +232,10 @@ def calibrated(steps: Sequence[int], candidate: Sequence[float], baseline: Seque
         elif name == "drift":
             reasons.append(words % (steps[0], stat["value"] * 100, stat["step"], stat["threshold"] * 100,
                                     stat["threshold_basis"]))
+        elif name == "widening":
+            reasons.append(words % (stat["early"] * 100, stat["from_steps"][0], stat["from_steps"][1],
+                                    stat["late"] * 100, stat["over_steps"][0], stat["over_steps"][1],
+                                    stat["value"] * 100, stat["threshold"] * 100, stat["threshold_basis"]))
         else:
             reasons.append(words % (steps[0], stat["value"] * 100, stat["over_steps"][0], stat["over_steps"][1],
                                     stat["threshold"] * 100, stat["threshold_basis"]))

@@ -218,6 +218,7 @@ def _summary(result: dict) -> dict:
             "level": (calibrated.get("level") or {}).get("value"),
             "progress": (calibrated.get("progress") or {}).get("value"),
             "drift": (calibrated.get("drift") or {}).get("value"),
+            "widening": (calibrated.get("widening") or {}).get("value"),
             "same_init": calibrated.get("same_init"),
             "deterministic": calibrated.get("deterministic"), "exact_required": calibrated.get("exact_required"),
             "checks": {name: check["passed"] for name, check in result["checks"].items()},
