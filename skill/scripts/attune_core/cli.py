@@ -521,10 +521,15 @@ def cmd_profile(args) -> int:
     if agg.get("step_time_us"):
         lines.append("step_time_us: %s" % ", ".join("#%s %.0f" % item for item in agg["step_time_us"].items()))
     for item in result["diagnosis"]:
-        lines.append("bottleneck: %s %.1f%% levers %s" % (item["bottleneck"], item["share"] * 100,
-                                                          ",".join(item["levers"])))
+        lines.append("bottleneck: %s %.1f%% of GPU time (%s)" % (item["bottleneck"], item["share"] * 100,
+                                                                 item["family"]))
+        lines.append("  evidence: %s" % item["evidence_text"])
+        lines.append("  levers: %s" % (", ".join(item["levers"]) or "none in the catalog"))
     if not result["diagnosis"]:
         lines.append("bottleneck: none above %.0f%% of GPU time" % 2)
+    for fact in result.get("facts") or []:
+        lines.append("fact: %s%s" % (fact["text"], " (levers: %s)" % ", ".join(fact["levers"]) if fact["levers"]
+                                     else ""))
     lines += ["warning: %s" % warning for warning in result["warnings"]]
     _emit(args, result, "\n".join(lines))
     return EXIT_OK

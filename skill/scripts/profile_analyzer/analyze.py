@@ -119,6 +119,14 @@ def communication(t: Timeline) -> dict:
     comm_len = iv.length(comm)
     overlap = iv.intersection_length(comm, comp)
     per = {}
+    family = np.full(t.coll.size, -1, dtype=np.int8)
+    families = []
+    for i, desc in getattr(t.trace, "comm_groups", {}).items():
+        name = _group_family(desc)
+        if name is not None:
+            if name not in families:
+                families.append(name)
+            family[i] = families.index(name)
     for index, label in enumerate(t.trace.collectives):
         mask = comm_mask & (t.coll == index)
         if not mask.any():
@@ -130,36 +138,96 @@ def communication(t: Timeline) -> dict:
         entry["kernels"] += int(mask.sum())
         entry["total_us"] += total
         entry["exposed_us"] += exposed
+        if families and (family[mask] >= 0).any():  # the process groups the kernels ran in (Megatron-LM's names)
+            split = {}
+            for fi in np.unique(family[mask]):
+                part = mask & (family == fi)
+                split[families[fi] if fi >= 0 else "unknown"] = iv.union_length(t.merged(part), comp) - iv.length(comp)
+            entry["exposed_us_by_group"] = split
     exposed_all = iv.union_length(comm, comp) - iv.length(comp)
     return {"overlap_pctg": _pct(overlap, comm_len), "total_us": comm_len, "exposed_us": exposed_all,
             "by_collective": dict(sorted(per.items(), key=lambda item: -item[1]["exposed_us"]))}
 
 
-def relabel_all_to_all(trace: RankTrace) -> None:
-    """SendRecv kernels launched inside a CPU ``nccl:all_to_all`` annotation implement all-to-all."""
-    if not trace.nccl_annotations or "send_recv" not in trace.collectives:
+GENERIC_LABELS = ("send_recv", "other")  # kernel names that do not say which collective they run (NCCL 2.12-2.18)
+
+
+def _group_family(desc: Optional[str]) -> Optional[str]:
+    """The parallelism a Megatron-LM process group serves, from its description (parallel_state.py's
+    group_desc: TENSOR_MODEL_PARALLEL_GROUP, DATA_PARALLEL_GROUP, EXPERT_MODEL_PARALLEL_GROUP, ...)."""
+    if not desc:
+        return None
+    text = desc.upper()
+    for needle, family in (("EXPERT_DATA", "data_parallel"), ("EXPERT", "expert"), ("PIPELINE", "pipeline"),
+                           ("EMBEDDING", "pipeline"), ("CONTEXT", "context_parallel"),
+                           ("TENSOR_AND", None), ("TENSOR", "tensor_parallel"), ("DATA_PARALLEL", "data_parallel"),
+                           ("DISTRIBUTED_OPTIMIZER", "data_parallel")):
+        if needle in text:
+            return family
+    return None
+
+
+def relabel_collectives(trace: RankTrace) -> None:
+    """Each communication kernel's collective from the CPU span its launch call ran in (the innermost
+    ``nccl:<collective>`` annotation, ``c10d::<collective>`` op or ``record_param_comms`` op on the launching
+    thread) where the kernel's name does not say it: NCCL 2.12 to 2.18 names the kernels of several collectives
+    ``ncclKernel_SendRecv_*``. A span naming send or recv keeps the kernel as point-to-point. The process group
+    the span names, when it does, is kept per kernel (``trace.comm_groups``) for the lever family."""
+    coll = np.frombuffer(trace.coll, dtype=np.int8) if len(trace.coll) else np.zeros(0, np.int8)
+    trace.comm_groups = {}
+    if not trace.nccl_annotations or not coll.size:
         return
-    if "all_to_all" not in trace.collectives:
-        trace.collectives.append("all_to_all")
-    send_recv, a2a = trace.collectives.index("send_recv"), trace.collectives.index("all_to_all")
-    spans = sorted((ts, end, tid) for tid, ts, end, label in trace.nccl_annotations if label == "all_to_all")
-    if not spans:
-        return
-    starts = np.array([s for s, _e, _t in spans])
-    coll = np.frombuffer(trace.coll, dtype=np.int8)
-    candidates = np.nonzero(coll == send_recv)[0]
-    index = trace.launches.find(np.frombuffer(trace.corr, dtype=np.int64)[candidates])
+    pg_desc = {}
+    for pg in (trace.metadata.get("distributedInfo") or {}).get("pg_config") or []:
+        if isinstance(pg, dict) and pg.get("pg_name") is not None:
+            pg_desc[str(pg["pg_name"])] = pg.get("pg_desc")
+    by_tid = {}
+    for tid, ts, end, label, desc in trace.nccl_annotations:
+        by_tid.setdefault(tid, []).append((ts, end, label, pg_desc.get(desc, desc) if desc else None))
+    tables = {}
+    for tid, spans in by_tid.items():
+        spans.sort(key=lambda item: item[0])
+        starts = np.array([item[0] for item in spans])
+        reach = np.maximum.accumulate(np.array([item[1] for item in spans]))  # the latest end so far
+        tables[tid] = (spans, starts, reach)
+    comm = np.nonzero(coll >= 0)[0]
+    index = trace.launches.find(np.frombuffer(trace.corr, dtype=np.int64)[comm])
     l_ts, l_tid = trace.launches.column("ts"), trace.launches.column("tid")
-    for i, li in zip(candidates, index):
+    for i, li in zip(comm, index):
         if li < 0:
             continue
-        when, tid = l_ts[li], l_tid[li]
-        j = int(np.searchsorted(starts, when, side="right")) - 1
-        while j >= 0:
-            if when <= spans[j][1] and spans[j][2] in (tid, -1):
-                trace.coll[i] = a2a
+        when, tid = l_ts[li], int(l_tid[li])
+        label, desc = _enclosing(tables.get(tid), when) or _enclosing(tables.get(-1), when) or (None, None)
+        if desc == "default_pg" and trace.ddp:
+            # every rank, in a model torch DDP replicates: its collectives are the data-parallel ones
+            desc = "default_pg under torch DistributedDataParallel: DATA_PARALLEL"
+        if desc:
+            trace.comm_groups[int(i)] = desc
+        if label is None or trace.collectives[coll[i]] not in GENERIC_LABELS or label in GENERIC_LABELS:
+            continue
+        if label not in trace.collectives:
+            trace.collectives.append(label)
+        trace.coll[i] = trace.collectives.index(label)
+
+
+def _enclosing(table, when: float):
+    """(collective, group) of the innermost span of ``table`` holding ``when`` that names a collective."""
+    if table is None:
+        return None
+    spans, starts, reach = table
+    j = int(np.searchsorted(starts, when, side="right")) - 1
+    found = None
+    while j >= 0 and reach[j] >= when:  # no span before j ends after ``when`` once the running latest end is past
+        ts, end, label, desc = spans[j]
+        if ts <= when <= end:
+            if found is None:
+                found = [label, desc]
+            elif found[1] is None and desc:
+                found[1] = desc  # an outer record_param_comms may name the group the inner annotation does not
+            if found[1] is not None:
                 break
-            j -= 1
+        j -= 1
+    return tuple(found) if found else None
 
 
 def steps(t: Timeline) -> list:
@@ -253,6 +321,141 @@ def gpu_idle_gaps(t: Timeline) -> dict:
     return out
 
 
+IDLE_CAUSES = ("host_launch", "synchronization", "dataloader", "peer_wait", "queued")
+
+
+def idle_attribution(t: Timeline) -> dict:
+    """Every idle microsecond of the span, attributed. The span is HTA's (from the first kept GPU activity's
+    start to the last one's end), but busy time here counts every GPU activity inside it, also work launched
+    in a step the window leaves out, which still runs in the span when the GPU trails the CPU. Each gap in
+    which no stream runs anything is attributed by the activity that ends it and its launch call:
+
+    * launched after the gap began, or its launch call still running when it began (nothing was queued: the
+      host caused the gap), split by what the launching thread was doing in the gap: ``peer_wait`` for the
+      time it spent in a barrier or another wait on other ranks outside a GPU collective, ``dataloader`` for
+      the time it spent fetching the batch; the rest ``synchronization`` when the thread had been blocked in a
+      synchronizing call (cudaStreamSynchronize, cudaDeviceSynchronize, cudaEventSynchronize, a synchronous
+      copy, ``.item()``) that returned after the GPU went idle (it drained the queue), else ``host_launch``;
+    * queued before the gap began (``queued``): the GPU had the work and did not run it, waiting on
+      something the trace does not show here (a pipeline peer, a cross-stream event, a device-side delay);
+    * no launch call recorded for it: ``unexplained``.
+
+    The parts add up to the idle time exactly."""
+    out = {"span_us": 0.0, "busy_us": 0.0, "idle_us": 0.0, "gaps": 0, "host_bound_gaps": 0, "host_bound_us": 0.0,
+           "attribution_us": {name: 0.0 for name in IDLE_CAUSES + ("unexplained",)}, "largest_gaps": [],
+           "activities_outside_window": 0,
+           "basis": "every GPU activity inside the span of the kept window (HTA's span)"}
+    k = t.keep
+    if not k.any():
+        return out
+    lo, hi = float(t.start[k].min()), float(t.end[k].max())
+    inside = (t.stream != -1) & (t.end > lo) & (t.start < hi)
+    out["activities_outside_window"] = int((inside & ~k).sum())
+    idx = np.nonzero(inside)[0]
+    idx = idx[np.argsort(t.start[idx], kind="stable")]
+    start, end = np.maximum(t.start[idx], lo), np.minimum(np.maximum.accumulate(t.end[idx]), hi)
+    busy = iv.length(iv.union(start, np.minimum(t.end[idx], hi)))
+    out.update({"span_us": hi - lo, "busy_us": busy, "idle_us": (hi - lo) - busy})
+    new = np.zeros(idx.size, dtype=bool)
+    new[1:] = start[1:] > end[:-1]
+    first = np.nonzero(new)[0]
+    if not first.size:
+        return out
+    gap_start, gap_end = end[first - 1], start[first]
+    ending = idx[first]
+    launch = t.launch[ending]
+    l_tid = t.trace.launches.column("tid")
+    spans = _thread_spans(t.trace)
+    parts = out["attribution_us"]
+    largest = []
+    for g0, g1, act, li in zip(gap_start.tolist(), gap_end.tolist(), ending.tolist(), launch.tolist()):
+        length_us = g1 - g0
+        split = {}
+        length_us = float(length_us)
+        if li < 0 or not np.isfinite(t.launch_ts[act]):
+            split["unexplained"] = length_us
+        else:
+            call_start = float(t.launch_ts_rounded[act])
+            call_end = float(t.launch_ts[act] + t.launch_dur[act])
+            if call_start <= g0 and call_end <= g0:
+                split["queued"] = length_us
+            else:
+                thread = spans.get(int(l_tid[li]), {})
+                left = [(g0, g1)]
+                for kind in ("peer_wait", "dataloader"):
+                    covered, left = _take(left, thread.get(kind))
+                    if covered:
+                        split[kind] = covered
+                rest = sum(b - a for a, b in left)
+                if rest > 0:
+                    sync = thread.get("sync")
+                    drained = sync is not None and _any_overlap(sync, g0 - 1.0, g1, ends_after=g0)
+                    split["synchronization" if drained else "host_launch"] = rest
+        for name, value in split.items():
+            parts[name] += value
+        host = sum(v for name, v in split.items() if name not in ("queued", "unexplained"))
+        if host > 0:
+            out["host_bound_gaps"] += 1
+            out["host_bound_us"] += host
+        largest.append((length_us, g0, split))
+    out["gaps"] = int(first.size)
+    out["host_bound_us"] = float(out["host_bound_us"])
+    for name in parts:
+        parts[name] = float(parts[name])
+    largest.sort(key=lambda item: -item[0])
+    out["largest_gaps"] = [{"start_us": g0, "idle_us": length_us,
+                            "cause": max(split, key=split.get), "parts_us": split}
+                           for length_us, g0, split in largest[:5]]
+    return out
+
+
+def _thread_spans(trace: RankTrace) -> dict:
+    """tid -> kind -> merged (starts, ends) of the CPU spans collect.py kept (sync calls, dataloader, peer waits)."""
+    cached = getattr(trace, "_thread_spans", None)
+    if cached is not None:
+        return cached
+    out = {}
+    for kind, spans in getattr(trace, "cpu_spans", {}).items():
+        by_tid = {}
+        for tid, ts, end in spans:
+            by_tid.setdefault(tid, ([], []))
+            by_tid[tid][0].append(ts)
+            by_tid[tid][1].append(end)
+        for tid, (starts, ends) in by_tid.items():
+            out.setdefault(tid, {})[kind] = iv.union(starts, ends)
+    trace._thread_spans = out
+    return out
+
+
+def _take(pieces: list, merged) -> tuple:
+    """(time of ``pieces`` covered by ``merged``, the pieces left uncovered)."""
+    if merged is None or not merged[0].size:
+        return 0.0, pieces
+    starts, ends = merged
+    covered, left = 0.0, []
+    for a, b in pieces:
+        j = max(0, int(np.searchsorted(ends, a, side="right")))
+        cursor = a
+        while j < starts.size and starts[j] < b:
+            s0, e0 = max(starts[j], cursor), min(ends[j], b)
+            if e0 > s0:
+                if s0 > cursor:
+                    left.append((cursor, s0))
+                covered += e0 - s0
+                cursor = e0
+            j += 1
+        if cursor < b:
+            left.append((cursor, b))
+    return covered, left
+
+
+def _any_overlap(merged, lo: float, hi: float, ends_after: float) -> bool:
+    """Whether a merged span starts before ``hi`` and ends after both ``lo`` and ``ends_after``."""
+    starts, ends = merged
+    j = int(np.searchsorted(ends, max(lo, ends_after), side="left"))
+    return j < starts.size and starts[j] < hi
+
+
 def top_kernels(t: Timeline, n: int = TOP_KERNELS) -> list:
     k = np.nonzero(t.keep)[0]
     if not k.size:
@@ -267,7 +470,7 @@ def top_kernels(t: Timeline, n: int = TOP_KERNELS) -> list:
 
 
 def rank_summary(trace: RankTrace, step_name_count: int) -> dict:
-    relabel_all_to_all(trace)
+    relabel_collectives(trace)
     t = Timeline(trace, step_name_count)
     memory = None
     if trace.peak_allocated is not None:
@@ -276,6 +479,6 @@ def rank_summary(trace: RankTrace, step_name_count: int) -> dict:
     return {"rank": trace.rank, "file": str(trace.path), "events": trace.events, "gpu_activities": trace.kernels,
             "window": t.window_rule, "timestamps_rounded": t.rounded,
             "temporal_breakdown": temporal_breakdown(t), "communication": communication(t), "steps": steps(t),
-            "launches": launches(t), "gpu_idle": gpu_idle_gaps(t), "idle_breakdown": host_waits(t),
+            "launches": launches(t), "gpu_idle": idle_attribution(t), "idle_breakdown": host_waits(t),
             "top_kernels": top_kernels(t),
             "memory": memory, "truncated": trace.truncated, "warnings": list(trace.warnings)}

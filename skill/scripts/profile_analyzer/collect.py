@@ -56,6 +56,19 @@ def collective(name: str, args: Optional[dict] = None) -> str:
 
 
 _LAUNCH_CALL = re.compile(r"Launch|Memcpy|Memset|runFunction")
+# CPU calls that block the host until the GPU (or a copy) finishes: the runtime's synchronizing calls, and the
+# torch ops that read a GPU value on the host (``.item()``).
+SYNC_CALLS = frozenset(("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize", "cudaMemcpy",
+                        "cudaMemcpy2D", "cuStreamSynchronize", "cuCtxSynchronize", "cuEventSynchronize",
+                        "cuMemcpyDtoH_v2", "hipStreamSynchronize", "hipDeviceSynchronize", "hipEventSynchronize",
+                        "hipMemcpy", "hipMemcpyWithStream", "aten::item", "aten::_local_scalar_dense"))
+# CPU spans in which the host fetches the next batch (torch's DataLoader iterator; Megatron-LM's get_batch;
+# TorchRec's batch annotations), and in which it waits for other ranks outside a GPU collective (barriers, gloo,
+# the rendezvous store).
+DATALOADER = re.compile(r"enumerate\(DataLoader\)|DataLoader|dataloader|\bget_batch\b|## (data_load|load_batch|"
+                        r"wait_for_batch) ##")
+PEER_WAIT = re.compile(r"barrier|^gloo:|TCPStore|store_based")
+CPU_SPAN_KINDS = ("sync", "dataloader", "peer_wait")
 
 
 class Launches(object):
@@ -130,7 +143,12 @@ class RankTrace(object):
         self.step_names = set()  # every distinct name holding "ProfilerStep" (CPU or GPU annotation)
         self.step_starts = []  # ts of every such annotation
         self.float_ts = False  # any event with a fractional-microsecond timestamp (HTA then rounds)
-        self.nccl_annotations = []  # (tid, ts, end, collective) of CPU "nccl:<collective>" annotations
+        # (tid, ts, end, collective, process group description or None) of the CPU spans that name the collective
+        # of the GPU work launched in them: "nccl:<collective>" annotations, c10d::<collective> ops, and
+        # record_param_comms ops with a "Collective name" argument
+        self.nccl_annotations = []
+        self.cpu_spans = {kind: [] for kind in CPU_SPAN_KINDS}  # kind -> [(tid, ts, end)]
+        self.ddp = False  # the model runs under torch's DistributedDataParallel (its annotations are in the trace)
         self.peak_allocated = None  # bytes, from [memory] events
         self.device_memory = None  # bytes, the GPU's total memory from deviceProperties
         self.gpu_devices = set()
@@ -160,6 +178,7 @@ def load(path, steps: Optional[tuple] = None) -> RankTrace:
     ts_a, dur_a, stream_a, cls_a, name_a, corr_a, coll_a = (trace.ts, trace.dur, trace.stream, trace.cls, trace.name,
                                                            trace.corr, trace.coll)
     step_map = trace.steps
+    spans = trace.cpu_spans
     peak = None
     float_ts = False
     for chunk in reader:
@@ -214,6 +233,9 @@ def load(path, steps: Optional[tuple] = None) -> RankTrace:
             elif cat in RUNTIME_CATEGORIES:
                 correlation = (event.get("args") or {}).get("correlation")
                 name = event.get("name", "")
+                if name in SYNC_CALLS:
+                    tid = event.get("tid")
+                    spans["sync"].append((tid if type(tid) is int else -1, float(ts), float(ts) + float(dur)))
                 if type(correlation) is int and _LAUNCH_CALL.search(name):
                     li = launch_index.get(name)
                     if li is None:
@@ -236,7 +258,27 @@ def load(path, steps: Optional[tuple] = None) -> RankTrace:
                 elif cat == "user_annotation" and name.startswith("nccl:"):
                     tid = event.get("tid")
                     trace.nccl_annotations.append((tid if type(tid) is int else -1, float(ts), float(ts) + float(dur),
-                                                   collective(name[5:])))
+                                                   collective(name[5:]), None))
+                elif cat == "user_annotation":
+                    if name.startswith("DistributedDataParallel."):
+                        trace.ddp = True
+                    _cpu_span(spans, event, name, ts, dur)
+            elif cat == "cpu_op" or cat == "python_function":
+                name = str(event.get("name", ""))
+                if cat == "cpu_op" and (name.startswith("c10d::") or name == "record_param_comms"):
+                    args = event.get("args") or {}
+                    label = collective(name[6:]) if name.startswith("c10d::") else (
+                        collective("", args) if args.get("Collective name") else "other")
+                    if label != "other":
+                        tid = event.get("tid")
+                        desc = args.get("Process Group Description") or args.get("Process Group Name")
+                        trace.nccl_annotations.append((tid if type(tid) is int else -1, float(ts),
+                                                       float(ts) + float(dur), label, str(desc) if desc else None))
+                if cat == "cpu_op" and name in SYNC_CALLS:
+                    tid = event.get("tid")
+                    spans["sync"].append((tid if type(tid) is int else -1, float(ts), float(ts) + float(dur)))
+                else:
+                    _cpu_span(spans, event, name, ts, dur)
     trace.float_ts = float_ts
     trace.events = reader.events_read
     trace.metadata = reader.metadata
@@ -251,6 +293,13 @@ def load(path, steps: Optional[tuple] = None) -> RankTrace:
         if not any(first <= n <= last for n in trace.steps):
             trace.warnings.append("%s: no ProfilerStep#%d..%d in this trace" % (trace.path, first, last))
     return trace
+
+
+def _cpu_span(spans: dict, event: dict, name: str, ts, dur) -> None:
+    kind = "dataloader" if DATALOADER.search(name) else "peer_wait" if PEER_WAIT.search(name) else None
+    if kind is not None:
+        tid = event.get("tid")
+        spans[kind].append((tid if type(tid) is int else -1, float(ts), float(ts) + float(dur)))
 
 
 def _identify(trace: RankTrace) -> None:

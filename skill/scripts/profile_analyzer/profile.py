@@ -154,5 +154,6 @@ def run(paths, steps: Optional[tuple] = None, recipe=None, partial: bool = True)
     if parallel:
         aggregate["parallel"] = parallel
     return {"files": [str(f) for f in files], "partial": any(t.truncated for t in kept),
-            "diagnosis": diagnose.diagnose(ranks, aggregate, parallel), "aggregate": aggregate, "ranks": ranks,
+            "diagnosis": diagnose.diagnose(ranks, aggregate, parallel), "facts": diagnose.facts(ranks) if ranks else [],
+            "aggregate": aggregate, "ranks": ranks,
             "warnings": warnings}
