@@ -36,6 +36,11 @@ class Trace(object):
                                 "ts": launch_at, "dur": launch_dur, "args": {"correlation": self.corr, "cbid": 211}})
         return self.corr
 
+    def cpu(self, name, ts, dur, cat="cpu_op", tid=100, args=None):
+        """A CPU span on thread ``tid`` (the launching thread is 100): an op, an annotation, a runtime call."""
+        self.events.append({"ph": "X", "cat": cat, "name": name, "pid": 100, "tid": tid, "ts": ts, "dur": dur,
+                            "args": dict(args or {})})
+
     def memory(self, ts, allocated):
         self.events.append({"ph": "i", "cat": "cpu_instant_event", "s": "t", "name": "[memory]", "pid": 100,
                             "tid": 100, "ts": ts, "args": {"Device Type": 1, "Device Id": 0, "Total Allocated": allocated,

@@ -66,3 +66,37 @@ def test_agrees_with_hta_run_live(name):
         row = breakdown.loc[rank["rank"]]
         assert abs(rank["temporal_breakdown"]["idle_pctg"] - float(row["idle_time_pctg"])) <= TOLERANCE_PP
         assert abs(rank["temporal_breakdown"]["compute_pctg"] - float(row["compute_time_pctg"])) <= TOLERANCE_PP
+
+
+EXPECTED_DIAGNOSES = json.loads((DATA / "expected_diagnoses.json").read_text())
+
+
+def test_every_corpus_trace_has_a_hand_written_expectation():
+    assert sorted(k for k in EXPECTED_DIAGNOSES if not k.startswith("_")) == FOLDERS
+
+
+@pytest.mark.parametrize("name", FOLDERS)
+def test_every_idle_microsecond_is_attributed(name):
+    """The causes add up to the idle time of the span (within 0.1 point of it), and that idle time, which counts
+    every GPU activity inside the span, is never more than HTA's, which counts the kept window's only."""
+    from profile_analyzer import profile
+
+    result = profile.run([_folder(name)])
+    for rank in result["ranks"]:
+        idle = rank["gpu_idle"]
+        assert idle["span_us"] == rank["temporal_breakdown"]["kernel_time_us"]
+        assert abs(sum(idle["attribution_us"].values()) - idle["idle_us"]) / idle["span_us"] * 100 <= 0.1
+        assert idle["idle_us"] <= rank["temporal_breakdown"]["idle_time_us"] + 1e-6
+
+
+@pytest.mark.parametrize("name", FOLDERS)
+def test_the_expected_bottleneck_comes_first_and_nothing_ruled_out_is_claimed(name):
+    from profile_analyzer import profile
+
+    expected = EXPECTED_DIAGNOSES[name]
+    diagnosis = profile.run([_folder(name)])["diagnosis"]
+    assert (diagnosis[0]["bottleneck"], diagnosis[0]["family"]) == (expected["top"], expected["family"])
+    claimed = {item["bottleneck"] for item in diagnosis}
+    assert not claimed & set(expected["must_not_claim"]), claimed & set(expected["must_not_claim"])
+    for item in diagnosis:  # the evidence is text the agent reads, with the numbers in it
+        assert item["evidence_text"] and any(ch.isdigit() for ch in item["evidence_text"])
