@@ -321,7 +321,7 @@ def gpu_idle_gaps(t: Timeline) -> dict:
     return out
 
 
-IDLE_CAUSES = ("host_launch", "synchronization", "dataloader", "peer_wait", "queued")
+IDLE_CAUSES = ("host_launch", "synchronization", "dataloader", "peer_wait", "kernel_wait", "queued")
 
 
 def idle_attribution(t: Timeline) -> dict:
@@ -336,8 +336,9 @@ def idle_attribution(t: Timeline) -> dict:
       the time it spent fetching the batch; the rest ``synchronization`` when the thread had been blocked in a
       synchronizing call (cudaStreamSynchronize, cudaDeviceSynchronize, cudaEventSynchronize, a synchronous
       copy, ``.item()``) that returned after the GPU went idle (it drained the queue), else ``host_launch``;
-    * queued before the gap began (``queued``): the GPU had the work and did not run it, waiting on
-      something the trace does not show here (a pipeline peer, a cross-stream event, a device-side delay);
+    * queued before the gap began: under ``KERNEL_WAIT_US`` (HTA's kernel wait) ``kernel_wait``, the
+      device's own latency between back-to-back kernels; longer, ``queued``: the GPU had the work and did not
+      run it, waiting on something the trace does not show here (a pipeline peer, a cross-stream event);
     * no launch call recorded for it: ``unexplained``.
 
     The parts add up to the idle time exactly."""
@@ -378,7 +379,7 @@ def idle_attribution(t: Timeline) -> dict:
             call_start = float(t.launch_ts_rounded[act])
             call_end = float(t.launch_ts[act] + t.launch_dur[act])
             if call_start <= g0 and call_end <= g0:
-                split["queued"] = length_us
+                split["kernel_wait" if length_us < KERNEL_WAIT_US else "queued"] = length_us
             else:
                 thread = spans.get(int(l_tid[li]), {})
                 left = [(g0, g1)]
@@ -393,7 +394,7 @@ def idle_attribution(t: Timeline) -> dict:
                     split["synchronization" if drained else "host_launch"] = rest
         for name, value in split.items():
             parts[name] += value
-        host = sum(v for name, v in split.items() if name not in ("queued", "unexplained"))
+        host = sum(v for name, v in split.items() if name not in ("kernel_wait", "queued", "unexplained"))
         if host > 0:
             out["host_bound_gaps"] += 1
             out["host_bound_us"] += host

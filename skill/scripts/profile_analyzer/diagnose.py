@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Optional
 
 MIN_SHARE = 0.02
+KERNEL_WAIT_US = 30  # analyze.KERNEL_WAIT_US, HTA's consecutive_kernel_delay
 MEMORY_LOW, MEMORY_HIGH = 0.60, 0.92
 STRAGGLER_SPREAD = 0.05
 
@@ -31,6 +32,7 @@ LEVERS = {
     "host_synchronization": [],
     "dataloader_wait": [],
     "peer_wait": ["manual-gc", "cuda-device-max-connections"],  # G2 G3; and the other ranks' health
+    "kernel_wait": ["elementwise-fusions", "cuda-graphs"],  # fewer, back-to-back kernels
     "unexplained_idle": [],
     "stragglers": ["cuda-device-max-connections", "high-priority-nccl-streams"],  # G3 G8; and node health
     # facts, not ranked: memory
@@ -161,6 +163,13 @@ def _idle(ranks: list, parallel: Optional[dict]) -> list:
                     "gloo, the store): a slower rank, see stragglers" % (100 * share, where))
         found.append({"bottleneck": bottleneck, "family": "host", "share": round(share, 4), "evidence": evidence,
                       "evidence_text": text, "levers": LEVERS[bottleneck]})
+    wait = causes.get("kernel_wait", 0.0)
+    found.append({"bottleneck": "kernel_wait", "family": "gpu", "share": round(wait, 4),
+                  "evidence": {"share_of_span": round(wait, 4), "gpu_idle_share": round(idle_share or 0.0, 4)},
+                  "evidence_text": "%.1f%% %s: gaps under %d us between kernels the GPU already had queued (the device's "
+                                   "own latency from one kernel to the next); fewer, larger kernels remove them"
+                                   % (100 * wait, where, KERNEL_WAIT_US),
+                  "levers": LEVERS["kernel_wait"]})
     queued, unexplained = causes.get("queued", 0.0), causes.get("unexplained", 0.0)
     pp = (parallel or {}).get("pp")
     if pp and pp > 1:

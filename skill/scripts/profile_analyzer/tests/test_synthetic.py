@@ -45,7 +45,7 @@ def test_steps_idle_gaps_and_launches(one):
         SPAN, 450.0, 3, 2, 350.0)
     # 600-750 and 900-1100: the next kernel was launched after the GPU went idle; 1500-1600: it was queued at 1030
     assert idle["attribution_us"] == {"host_launch": 350.0, "synchronization": 0.0, "dataloader": 0.0,
-                                      "peer_wait": 0.0, "queued": 100.0, "unexplained": 0.0}
+                                      "peer_wait": 0.0, "kernel_wait": 0.0, "queued": 100.0, "unexplained": 0.0}
     assert [(g["start_us"], g["idle_us"], g["cause"]) for g in idle["largest_gaps"]] == [
         (900.0, 200.0, "host_launch"), (600.0, 150.0, "host_launch"), (1500.0, 100.0, "queued")]
     launches = r["launches"]
@@ -213,3 +213,14 @@ def test_idle_after_a_synchronizing_call_or_in_the_dataloader_is_named(tmp_path)
     parts = idle["attribution_us"]
     assert (parts["synchronization"], parts["dataloader"], parts["host_launch"]) == (200.0, 250.0, 50.0)
     assert sum(parts.values()) == idle["idle_us"] == 500.0
+
+
+def test_short_gaps_between_queued_kernels_are_the_devices_kernel_wait(tmp_path):
+    t = Trace()
+    _three_steps(t)
+    for i in range(10):  # ten kernels queued at once, each starting 5 us after the previous one ends
+        t.kernel("elementwise_%d" % i, 100 + 105 * i, 200 + 105 * i, 7, 20 + i)
+    result = profile.run([t.write(tmp_path / "r.json")])
+    parts = result["ranks"][0]["gpu_idle"]["attribution_us"]
+    assert parts["kernel_wait"] == 45.0 and parts["queued"] == 0.0 and parts["host_launch"] == 0.0
+    assert result["diagnosis"][0]["bottleneck"] == "kernel_wait"  # 45 of a 1045 us span
