@@ -368,7 +368,7 @@ def idle_attribution(t: Timeline) -> dict:
     l_tid = t.trace.launches.column("tid")
     spans = _thread_spans(t.trace)
     parts = out["attribution_us"]
-    largest = []
+    largest, late = [], []
     for g0, g1, act, li in zip(gap_start.tolist(), gap_end.tolist(), ending.tolist(), launch.tolist()):
         length_us = g1 - g0
         split = {}
@@ -392,6 +392,8 @@ def idle_attribution(t: Timeline) -> dict:
                     sync = thread.get("sync")
                     drained = sync is not None and _any_overlap(sync, g0 - 1.0, g1, ends_after=g0)
                     split["synchronization" if drained else "host_launch"] = rest
+                    if not drained:
+                        late.append(max(0.0, call_start - g0))
         for name, value in split.items():
             parts[name] += value
         host = sum(v for name, v in split.items() if name not in ("kernel_wait", "queued", "unexplained"))
@@ -400,6 +402,9 @@ def idle_attribution(t: Timeline) -> dict:
             out["host_bound_us"] += host
         largest.append((length_us, g0, split))
     out["gaps"] = int(first.size)
+    if late:  # how long after the GPU went idle the host launched the work that ended a host_launch gap
+        q = np.percentile(np.array(late), [50, 90])
+        out["host_launch_late_us"] = {"gaps": len(late), "p50": float(q[0]), "p90": float(q[1])}
     out["host_bound_us"] = float(out["host_bound_us"])
     for name in parts:
         parts[name] = float(parts[name])

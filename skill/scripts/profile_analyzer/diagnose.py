@@ -145,11 +145,15 @@ def _idle(ranks: list, parallel: Optional[dict]) -> list:
         share = causes.get(cause, 0.0)
         evidence = {"share_of_span": round(share, 4), "gpu_idle_share": round(idle_share or 0.0, 4)}
         if cause == "host_launch":
-            evidence.update({"launch_delay_p90_us": delay, "short_kernel_fraction": short})
-            text = ("%.1f%% %s: gaps the next kernel was launched into after the GPU had gone idle, the launching "
-                    "thread busy elsewhere; launch delay p90 %s, short kernels %s" % (
-                        100 * share, where, "n/a" if delay is None else _ms(delay),
-                        "n/a" if short is None else "%.0f%%" % (100 * short)))
+            late = [r["gpu_idle"].get("host_launch_late_us") for r in ranks if r["gpu_idle"].get("host_launch_late_us")]
+            late_p50 = _mean([x["p50"] for x in late])
+            evidence.update({"launch_delay_p90_us": delay, "short_kernel_fraction": short,
+                             "host_launch_gaps": sum(x["gaps"] for x in late), "launched_late_p50_us": late_p50})
+            text = ("%.1f%% %s: %d gaps the next kernel was launched into after the GPU had gone idle (median %s "
+                    "after), the launching thread busy elsewhere; over all kernels launch delay p90 %s (where the CPU "
+                    "runs ahead), short kernels %s" % (
+                        100 * share, where, evidence["host_launch_gaps"], "n/a" if late_p50 is None else _ms(late_p50),
+                        "n/a" if delay is None else _ms(delay), "n/a" if short is None else "%.0f%%" % (100 * short)))
         elif cause == "synchronization":
             text = ("%.1f%% %s: gaps after the host blocked in a synchronizing call (cudaStreamSynchronize, "
                     "cudaEventSynchronize, a synchronous copy, .item()) that drained the GPU's queue; no catalog "
