@@ -336,10 +336,12 @@ def idle_attribution(t: Timeline) -> dict:
       the time it spent fetching the batch; the rest ``synchronization`` when the thread had been blocked in a
       synchronizing call (cudaStreamSynchronize, cudaDeviceSynchronize, cudaEventSynchronize, a synchronous
       copy, ``.item()``) that returned after the GPU went idle (it drained the queue), else ``host_launch``;
-    * queued before the gap began: under ``KERNEL_WAIT_US`` (HTA's kernel wait) ``kernel_wait``, the
-      device's own latency between back-to-back kernels; longer, ``queued``: the GPU had the work and did not
-      run it, waiting on something the trace does not show here (a pipeline peer, a cross-stream event);
-    * no launch call recorded for it: ``unexplained``.
+    * queued before the gap began, or no launch call recorded: the time a copy call was still running on
+      any host thread is ``synchronization`` (a copy from pageable memory blocks the stream while the host
+      stages it); the rest, when the launch is recorded, under ``KERNEL_WAIT_US`` (HTA's kernel wait)
+      ``kernel_wait``, the device's own latency between back-to-back kernels, and longer ``queued``: the GPU
+      had the work and did not run it, waiting on something the trace does not show here (a pipeline peer, a
+      cross-stream event); with no launch record, ``unexplained``.
 
     The parts add up to the idle time exactly."""
     out = {"span_us": 0.0, "busy_us": 0.0, "idle_us": 0.0, "gaps": 0, "host_bound_gaps": 0, "host_bound_us": 0.0,
@@ -370,30 +372,34 @@ def idle_attribution(t: Timeline) -> dict:
     parts = out["attribution_us"]
     largest, late = [], []
     for g0, g1, act, li in zip(gap_start.tolist(), gap_end.tolist(), ending.tolist(), launch.tolist()):
-        length_us = g1 - g0
+        length_us = float(g1 - g0)
         split = {}
-        length_us = float(length_us)
-        if li < 0 or not np.isfinite(t.launch_ts[act]):
-            split["unexplained"] = length_us
+        recorded = li >= 0 and bool(np.isfinite(t.launch_ts[act]))
+        call_start = float(t.launch_ts_rounded[act]) if recorded else None
+        if not recorded or (call_start <= g0 and float(t.launch_ts[act] + t.launch_dur[act]) <= g0):
+            # the GPU had the work (or no launch record says otherwise) and did not run it: the time a copy call
+            # was still running on the host (a copy from pageable memory blocks the stream while the host stages
+            # it) is that copy's; the rest the device's kernel wait, queued, or unexplained
+            covered, _left = _take([(g0, g1)], spans.get("*", {}).get("copy"))
+            if covered:
+                split["synchronization"] = covered
+            if length_us - covered > 0:
+                split["unexplained" if not recorded else "kernel_wait" if length_us < KERNEL_WAIT_US
+                      else "queued"] = length_us - covered
         else:
-            call_start = float(t.launch_ts_rounded[act])
-            call_end = float(t.launch_ts[act] + t.launch_dur[act])
-            if call_start <= g0 and call_end <= g0:
-                split["kernel_wait" if length_us < KERNEL_WAIT_US else "queued"] = length_us
-            else:
-                thread = spans.get(int(l_tid[li]), {})
-                left = [(g0, g1)]
-                for kind in ("peer_wait", "dataloader"):
-                    covered, left = _take(left, thread.get(kind))
-                    if covered:
-                        split[kind] = covered
-                rest = sum(b - a for a, b in left)
-                if rest > 0:
-                    sync = thread.get("sync")
-                    drained = sync is not None and _any_overlap(sync, g0 - 1.0, g1, ends_after=g0)
-                    split["synchronization" if drained else "host_launch"] = rest
-                    if not drained:
-                        late.append(max(0.0, call_start - g0))
+            thread = spans.get(int(l_tid[li]), {})
+            left = [(g0, g1)]
+            for kind in ("peer_wait", "dataloader"):
+                covered, left = _take(left, thread.get(kind))
+                if covered:
+                    split[kind] = covered
+            rest = sum(b - a for a, b in left)
+            if rest > 0:
+                sync = thread.get("sync")
+                drained = sync is not None and _any_overlap(sync, g0 - 1.0, g1, ends_after=g0)
+                split["synchronization" if drained else "host_launch"] = rest
+                if not drained:
+                    late.append(max(0.0, call_start - g0))
         for name, value in split.items():
             parts[name] += value
         host = sum(v for name, v in split.items() if name not in ("kernel_wait", "queued", "unexplained"))
@@ -429,6 +435,8 @@ def _thread_spans(trace: RankTrace) -> dict:
             by_tid[tid][1].append(end)
         for tid, (starts, ends) in by_tid.items():
             out.setdefault(tid, {})[kind] = iv.union(starts, ends)
+        if spans:  # "*": every thread's
+            out.setdefault("*", {})[kind] = iv.union([span[1] for span in spans], [span[2] for span in spans])
     trace._thread_spans = out
     return out
 

@@ -68,7 +68,7 @@ SYNC_CALLS = frozenset(("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaE
 DATALOADER = re.compile(r"enumerate\(DataLoader\)|DataLoader|dataloader|\bget_batch\b|## (data_load|load_batch|"
                         r"wait_for_batch) ##")
 PEER_WAIT = re.compile(r"barrier|^gloo:|TCPStore|store_based")
-CPU_SPAN_KINDS = ("sync", "dataloader", "peer_wait")
+CPU_SPAN_KINDS = ("sync", "dataloader", "peer_wait", "copy")
 
 
 class Launches(object):
@@ -236,6 +236,9 @@ def load(path, steps: Optional[tuple] = None) -> RankTrace:
                 if name in SYNC_CALLS:
                     tid = event.get("tid")
                     spans["sync"].append((tid if type(tid) is int else -1, float(ts), float(ts) + float(dur)))
+                if "Memcpy" in name and dur > 0:  # a copy call: from pageable memory it blocks while the host stages it
+                    tid = event.get("tid")
+                    spans["copy"].append((tid if type(tid) is int else -1, float(ts), float(ts) + float(dur)))
                 if type(correlation) is int and _LAUNCH_CALL.search(name):
                     li = launch_index.get(name)
                     if li is None:

@@ -156,9 +156,10 @@ def _idle(ranks: list, parallel: Optional[dict]) -> list:
                         "n/a" if delay is None else _ms(delay), "n/a" if short is None else "%.0f%%" % (100 * short)))
         elif cause == "synchronization":
             text = ("%.1f%% %s: gaps after the host blocked in a synchronizing call (cudaStreamSynchronize, "
-                    "cudaEventSynchronize, a synchronous copy, .item()) that drained the GPU's queue; no catalog "
-                    "lever: find the call in the trace (logging or checks that read GPU values each step)"
-                    % (100 * share, where))
+                    "cudaEventSynchronize, a synchronous copy, .item()) that drained the GPU's queue, or while it was "
+                    "still in a copy call the queued work waited behind (a copy from pageable memory); no catalog "
+                    "lever: find the call in the trace (logging or checks that read GPU values each step, unpinned "
+                    "host buffers)" % (100 * share, where))
         elif cause == "dataloader":
             text = ("%.1f%% %s: the launching thread was fetching the next batch (DataLoader, get_batch); no "
                     "catalog lever: more loader workers or prefetching" % (100 * share, where))

@@ -224,3 +224,15 @@ def test_short_gaps_between_queued_kernels_are_the_devices_kernel_wait(tmp_path)
     parts = result["ranks"][0]["gpu_idle"]["attribution_us"]
     assert parts["kernel_wait"] == 45.0 and parts["queued"] == 0.0 and parts["host_launch"] == 0.0
     assert result["diagnosis"][0]["bottleneck"] == "kernel_wait"  # 45 of a 1045 us span
+
+
+def test_queued_work_waiting_behind_a_copy_the_host_is_still_staging(tmp_path):
+    """A copy from pageable memory blocks the stream while the host stages it: the queued kernel waits, and the
+    GPU idles for as long as the copy call runs on the host."""
+    t = Trace()
+    _three_steps(t)
+    t.kernel("gemm", 100, 200, 7, 20)
+    t.cpu("cudaMemcpyAsync", 150, 300, cat="cuda_runtime")  # 150-450 on the host
+    t.kernel("gemm_queued", 500, 600, 7, 30, launch="cudaGraphLaunch")  # launched long before
+    parts = profile.run([t.write(tmp_path / "r.json")])["ranks"][0]["gpu_idle"]["attribution_us"]
+    assert (parts["synchronization"], parts["queued"], parts["host_launch"]) == (250.0, 50.0, 0.0)
