@@ -262,9 +262,8 @@ def _host_bound(out: dict, unit: str) -> dict:
     r, launches = out["gpu_idle"]["host_bound_us"], out["launches"]["matched"]
     fell = r["delta"] < 0
     why = "the GPU waited %s for the host to queue work" % ("less" if fell else "more")
-    if launches["a"] and launches["b"] is not None and (_stayed(launches["a"], launches["b"]) or
-                                                        (launches["b"] < launches["a"]) == fell):
-        why += " (launch overhead %s)" % ("removed" if fell else "added")
+    if fell and launches["a"] and launches["b"] is not None and launches["b"] <= launches["a"] * (1 + STAYED):
+        why += " (launch overhead removed)"
     text = "host-bound GPU idle %s/%s -> %s/%s (%s/%s): %s (launches %.0f -> %.0f/%s)" % (
         _t(r["a"]), unit, _t(r["b"]), unit, _signed(r["delta"]), unit, why, launches["a"] or 0, launches["b"] or 0,
         unit)

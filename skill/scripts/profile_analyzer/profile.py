@@ -1,6 +1,7 @@
 """``attune profile``: trace files in, per-rank numbers, an aggregate and a ranked diagnosis out.
 
 Usage: attune profile TRACE_OR_DIR... [--steps A:B] [--recipe FILE] [--json]
+       attune profile --diff A B [--steps A:B] [--json]   (diff.py)
 """
 
 from __future__ import annotations
