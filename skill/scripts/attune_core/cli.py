@@ -495,9 +495,12 @@ def _gate_coverage(args, rules) -> int:
 
 @verb("profile", "analyze torch.profiler traces: step time, GPU time breakdown, exposed communication, bubbles, "
                  "launch overhead, memory, stragglers, and a ranked diagnosis (exit 2 for a file that is not a trace, "
-                 "or traces without an event; a trace cut short gives a partial result)")
+                 "or traces without an event; a trace cut short gives a partial result); --diff A B compares two "
+                 "runs' traces per step and explains the three largest differences")
 def cmd_profile(args) -> int:
     from profile_analyzer import profile as profile_mod
+    if args.diff:
+        return _profile_diff(args)
     steps = _steps(args.steps) if args.steps else None
     traces, recipe = args.traces, args.recipe
     if args.run:
@@ -532,6 +535,26 @@ def cmd_profile(args) -> int:
                                      else ""))
     lines += ["warning: %s" % warning for warning in result["warnings"]]
     _emit(args, result, "\n".join(lines))
+    return EXIT_OK
+
+
+def _profile_diff(args) -> int:
+    """``attune profile --diff A B``: each side profiled alone, then compared (profile_analyzer/diff.py)."""
+    from profile_analyzer import diff as diff_mod
+    from profile_analyzer import profile as profile_mod
+    if args.traces or args.run or args.recipe:
+        raise InputError("--diff A B compares two traces (or folders of per-rank traces) alone: drop %s" % (
+            "the other traces %s" % " ".join(args.traces) if args.traces else "--run" if args.run else "--recipe"))
+    _check_config(args)
+    steps = _steps(args.steps) if args.steps else None
+    results = []
+    for name, side in zip("AB", args.diff):
+        try:
+            results.append(profile_mod.run([side], steps, partial=args.partial))
+        except InputError as exc:
+            raise InputError("--diff %s: %s" % (name, exc))
+    result = diff_mod.diff(*results)
+    _emit(args, result, diff_mod.render(result))
     return EXIT_OK
 
 
@@ -762,6 +785,10 @@ def build_parser() -> argparse.ArgumentParser:
                                 "refusing it (exit 2)")
             p.add_argument("--recipe", metavar="FILE",
                            help="the run's recipe (RayJob YAML or local.json): parallel layout and micro-batches")
+            p.add_argument("--diff", nargs=2, metavar="TRACE",
+                           help="compare two runs, A then B, each a trace file or a folder of per-rank traces: step "
+                                "time, GPU time breakdown, exposed communication per collective, top kernels, "
+                                "launches and idle, per ProfilerStep, with the three largest differences explained")
         elif name == "rows":
             p.add_argument("action", choices=["build", "from-slime", "to-slime", "sha", "check"],
                            help="build: write rows; from-slime: slime rollout dumps to rows; to-slime: rows to slime "

@@ -1,6 +1,7 @@
 """``attune profile``: trace files in, per-rank numbers, an aggregate and a ranked diagnosis out.
 
 Usage: attune profile TRACE_OR_DIR... [--steps A:B] [--recipe FILE] [--json]
+       attune profile --diff A B [--steps A:B] [--json]   (diff.py)
 """
 
 from __future__ import annotations
@@ -111,6 +112,21 @@ def _aggregate(ranks: list) -> dict:
     return out
 
 
+def window_steps(trace, step_name_count: int) -> Optional[list]:
+    """The ProfilerStep numbers whose GPU work the analysis window holds, by the window's rule
+    (``analyze.Timeline``): the steps that start before the last ProfilerStep starts when the trace set
+    has two or more step names, and only those in ``--steps`` when given; None when the window is not
+    cut by steps (every GPU activity: fewer than two step names and no ``--steps``)."""
+    numbers, cut = sorted(trace.steps), False
+    if step_name_count >= 2 and trace.step_starts:
+        last = max(trace.step_starts)
+        numbers, cut = [n for n in numbers if trace.steps[n][0] < last], True
+    if trace.selected_steps is not None:
+        first, end = trace.selected_steps
+        numbers, cut = [n for n in numbers if first <= n <= end], True
+    return numbers if cut else None
+
+
 def run(paths, steps: Optional[tuple] = None, recipe=None, partial: bool = True) -> dict:
     """Analyze the traces in ``paths``. With ``partial`` False a trace that ends early is refused
     (``InputError``) instead of read up to the cut."""
@@ -144,7 +160,10 @@ def run(paths, steps: Optional[tuple] = None, recipe=None, partial: bool = True)
         seen[trace.rank] = trace.path
         kept.append(trace)
     step_names = len(set().union(*[t.step_names for t in kept])) if kept else 0
-    ranks = [analyze.rank_summary(trace, step_names) for trace in sorted(kept, key=lambda t: t.rank)]
+    ranks = []
+    for trace in sorted(kept, key=lambda t: t.rank):
+        ranks.append(analyze.rank_summary(trace, step_names))
+        ranks[-1]["window_steps"] = window_steps(trace, step_names)
     world = next((t.world_size for t in kept if t.world_size), None)
     parallel = parallel_layout(recipe, world) if recipe else None
     aggregate = _aggregate(ranks)

@@ -214,6 +214,11 @@ CASES = [
          readable={"stray_bytes": (0, "a stray byte in a trace is replaced; its events are still read")}),
     Case("profile-trace-gz", "profile", "traces", lambda f: gz(trace_text()), lambda f: gz(REPORT_MD.encode()),
          _at("rank0.json.gz", TRACE), text=False),
+    Case("profile-diff-a", "profile", "diff", lambda f: trace_text(), lambda f: b'{"run": "r004", "parent": "r001"}\n',
+         _at("rank0.json", lambda path, tmp, files: ["profile", "--diff", path, files["trace"]]),
+         readable={"stray_bytes": (0, "a stray byte in a trace is replaced; its events are still read")}),
+    Case("profile-diff-b", "profile", "diff", lambda f: gz(trace_text()), lambda f: gz(REPORT_MD.encode()),
+         _at("rank0.json.gz", lambda path, tmp, files: ["profile", "--diff", files["trace"], path]), text=False),
     Case("profile-recipe", "profile", "recipe", lambda f: RECIPE, lambda f: LOG,
          _at("recipe.yaml", lambda path, tmp, files: ["profile", files["trace"], "--recipe", path]),
          readable={"truncated": (0, "a recipe cut short is still a RayJob with an entrypoint; profile reads the "
