@@ -2,7 +2,7 @@
 """Benchmark `attune profile` against HolisticTraceAnalysis on a trace of at least 1 GB built from real
 trace events (not a test: it measures, it never fails on a number).
 
-    .venv/bin/python bench/bench_profile.py [--gb 1.0] [--hta-python /path/to/python-with-hta] [--keep FILE]
+    .venv/bin/python bench/bench_profile.py [--gb 1.0] [--hta-python /path/to/python-with-hta] [--keep FILE] [--diff]
 
 The trace is built from the real Kineto events of the corpus's legacy all-to-all trace
 (``$ATTUNE_CORPUS_DIR/traces/hta_alltoall_8r_a100_legacy_format/control.json.gz``, read in place): its
@@ -15,6 +15,11 @@ written in Kineto's layout (plain JSON). Then, each in a fresh process:
 * HTA: ``TraceAnalysis(trace_files={rank: TRACE})``, ``get_temporal_breakdown()`` and
   ``get_comm_comp_overlap()``, with the interpreter given by ``--hta-python`` (one with
   ``HolisticTraceAnalysis`` 0.5.0 installed); skipped, and said so, when there is none.
+
+With ``--diff``, a second trace of the same size is built the same way with a longer shift between
+copies (``DIFF_GAP_US`` instead of ``GAP_US`` past the previous copy's end, so the GPU idles longer
+between copies; the events are the same), and ``attune.py profile --diff TRACE TRACE2 --json`` is
+timed the same way.
 
 It prints greppable ``key: value`` lines: sizes, times, peak RSS, both breakdowns, and the ratios.
 """
@@ -52,14 +57,18 @@ print(json.dumps({"load_s": t1 - t0, "analyze_s": t2 - t1,
 """
 
 
-def build(target_bytes: int, out: Path) -> dict:
+GAP_US = 1000  # between one copy's last event and the next copy's first
+DIFF_GAP_US = 21000  # the second trace of --diff
+
+
+def build(target_bytes: int, out: Path, gap_us: int = GAP_US) -> dict:
     """Write the concatenated trace; returns its size, copies and events."""
     data = json.load(gzip.open(SOURCE))
     events = data["traceEvents"]
     meta = {k: v for k, v in data.items() if k != "traceEvents"}
     ts = [e["ts"] for e in events if isinstance(e.get("ts"), (int, float))]
     ends = [e["ts"] + e.get("dur", 0) for e in events if isinstance(e.get("ts"), (int, float))]
-    period = int(max(ends) - min(ts)) + 1000
+    period = int(max(ends) - min(ts)) + gap_us
     lines = ["  {\n    " + json.dumps(e)[1:-1] + "\n  }" for e in events]
     one = sum(len(line) + 2 for line in lines)
     copies = max(1, -(-target_bytes // one))
@@ -119,6 +128,9 @@ def main(argv=None) -> int:
     parser.add_argument("--gb", type=float, default=1.0, help="trace size to build, in GB (1.0)")
     parser.add_argument("--hta-python", help="a Python with HolisticTraceAnalysis 0.5.0 (default: none, skip HTA)")
     parser.add_argument("--keep", help="write the trace here and keep it (default: a temporary file)")
+    parser.add_argument("--diff", action="store_true",
+                        help="also build a second trace (a longer shift between copies) and time "
+                             "`attune profile --diff` on the two")
     args = parser.parse_args(argv)
     if not SOURCE.is_file():
         print("no source trace at %s (set ATTUNE_CORPUS_DIR)" % SOURCE, file=sys.stderr)
@@ -147,6 +159,25 @@ def main(argv=None) -> int:
         print("ours_breakdown: idle %s compute %s non_compute %s overlap %s" % (
             tb["idle_pctg"], tb["compute_pctg"], tb["non_compute_pctg"],
             result["ranks"][0]["communication"]["overlap_pctg"]))
+        if args.diff:
+            second = trace.with_name("second_" + trace.name)
+            t0 = time.perf_counter()
+            other = build(int(args.gb * 1e9), second, DIFF_GAP_US)
+            print("diff_trace_bytes: %d (a shift of %d us between copies instead of %d)" % (
+                other["bytes"], DIFF_GAP_US, GAP_US))
+            print("diff_build_s: %.1f" % (time.perf_counter() - t0))
+            timed = run([sys.executable, str(ATTUNE), "profile", "--diff", str(trace), str(second), "--json"])
+            if not args.keep:
+                second.unlink()
+            if timed["rc"] != 0:
+                print("diff_failed: %s" % timed["stderr"], file=sys.stderr)
+                return 1
+            compared = json.loads(timed["stdout"])
+            print("diff_wall_s: %.2f" % timed["wall_s"])
+            print("diff_peak_rss_mb: %.0f" % timed["peak_rss_mb"])
+            print("diff_steps: A %d B %d" % (compared["a"]["steps"], compared["b"]["steps"]))
+            for item in compared["differences"]:
+                print("diff_explain: %d. %s" % (item["rank"], item["text"]))
         if not args.hta_python:
             print("hta: not run (no --hta-python)")
             return 0
