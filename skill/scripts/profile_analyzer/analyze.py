@@ -10,6 +10,7 @@ collective, launch delays, host waits, memory, stragglers) is ATTUNE's, defined 
 
 from __future__ import annotations
 
+import heapq
 import math
 from typing import Optional
 
@@ -406,7 +407,10 @@ def idle_attribution(t: Timeline) -> dict:
         if host > 0:
             out["host_bound_gaps"] += 1
             out["host_bound_us"] += host
-        largest.append((length_us, g0, split))
+        if len(largest) < 5:  # the five largest gaps, kept as they come (a trace can hold millions of gaps)
+            heapq.heappush(largest, (length_us, -g0, split))
+        elif length_us > largest[0][0]:
+            heapq.heapreplace(largest, (length_us, -g0, split))
     out["gaps"] = int(first.size)
     if late:  # how long after the GPU went idle the host launched the work that ended a host_launch gap
         q = np.percentile(np.array(late), [50, 90])
@@ -414,10 +418,10 @@ def idle_attribution(t: Timeline) -> dict:
     out["host_bound_us"] = float(out["host_bound_us"])
     for name in parts:
         parts[name] = float(parts[name])
-    largest.sort(key=lambda item: -item[0])
-    out["largest_gaps"] = [{"start_us": g0, "idle_us": length_us,
+    largest.sort(key=lambda item: (-item[0], -item[1]))
+    out["largest_gaps"] = [{"start_us": -neg_g0, "idle_us": length_us,
                             "cause": max(split, key=split.get), "parts_us": split}
-                           for length_us, g0, split in largest[:5]]
+                           for length_us, neg_g0, split in largest]
     return out
 
 
