@@ -134,10 +134,12 @@ EARLY_STEPS = 3
 STATISTICS = ("level", "progress", "drift", "widening")
 
 
-def widening(level: list) -> float:
-    """How much the gap between the curves grew: the median of the level series over the last third of
-    the window less its median over the first ``EARLY_STEPS`` steps (negative when the gap closed)."""
-    return _late_median(level) - float(np.median(level[:EARLY_STEPS]))
+def widening(level: list) -> tuple:
+    """How much the gap between the curves grew: ``(late - early, early, late)``, the median of the level
+    series over the last third of the window less its median over the first ``EARLY_STEPS`` steps (negative
+    when the gap closed)."""
+    early, late = float(np.median(level[:EARLY_STEPS])), _late_median(level)
+    return late - early, early, late
 
 
 def same_weights_measured(steps: Sequence[int], candidate: Sequence[float], baseline: Sequence[float],
@@ -169,9 +171,9 @@ def calibrated(steps: Sequence[int], candidate: Sequence[float], baseline: Seque
            "progress": {"value": _late_median(progress),
                         "over_steps": [steps[-max(1, len(steps) // 3)], steps[-1]]},
            "drift": {"value": max(progress), "step": steps[progress.index(max(progress))]},
-           "widening": {"value": widening(level), "from_steps": [steps[0], steps[min(EARLY_STEPS, len(steps)) - 1]],
-                        "over_steps": [steps[-max(1, len(steps) // 3)], steps[-1]],
-                        "early": float(np.median(level[:EARLY_STEPS])), "late": _late_median(level)}}
+           "widening": dict(zip(("value", "early", "late"), widening(level)),
+                            from_steps=[steps[0], steps[min(EARLY_STEPS, len(steps)) - 1]],
+                            over_steps=[steps[-max(1, len(steps) // 3)], steps[-1]])}
     usable = [r for r in repeats if len(r) == len(baseline)]
     deterministic = bool(usable) and all(list(r) == list(baseline) for r in usable)
     out["reruns"] = len(usable)
@@ -181,7 +183,7 @@ def calibrated(steps: Sequence[int], candidate: Sequence[float], baseline: Seque
         rerun["level"] = max(max(level_series(r, baseline)) for r in usable)
         rerun["progress"] = max(_late_median(progress_series(r, baseline)) for r in usable)
         rerun["drift"] = max(max(progress_series(r, baseline)) for r in usable)
-        rerun["widening"] = max(max(0.0, widening(level_series(r, baseline))) for r in usable)
+        rerun["widening"] = max(max(0.0, widening(level_series(r, baseline))[0]) for r in usable)
     multiplier = t["calibrated.rerun_multiplier"]
     baseline_progress = max(abs(b - baseline[0]) / abs(b) if b else 0.0 for b in baseline)
     out["baseline_progress"] = baseline_progress

@@ -122,7 +122,7 @@ def communication(t: Timeline) -> dict:
     per = {}
     family = np.full(t.coll.size, -1, dtype=np.int8)
     families = []
-    for i, desc in getattr(t.trace, "comm_groups", {}).items():
+    for i, desc in t.trace.comm_groups.items():
         name = _group_family(desc)
         if name is not None:
             if name not in families:
@@ -277,7 +277,7 @@ def launches(t: Timeline) -> dict:
 
 def host_waits(t: Timeline) -> dict:
     """HTA's idle-time breakdown, summed over streams (for comparison: a stream's gap counts even
-    while other streams run; ``gpu_idle_gaps`` is the GPU-wide view): a gap on a stream is a host wait
+    while other streams run; ``idle_attribution`` is the GPU-wide view): a gap on a stream is a host wait
     when the next activity's launch call started after the previous activity ended (the GPU waited
     for the CPU), a kernel wait when shorter than 30 µs, other otherwise."""
     totals = {"host_wait_us": 0.0, "kernel_wait_us": 0.0, "other_wait_us": 0.0}
@@ -296,30 +296,6 @@ def host_waits(t: Timeline) -> dict:
         totals["kernel_wait_us"] += float(gap[kernel].sum())
         totals["other_wait_us"] += float(gap[~host & ~kernel].sum())
     return totals
-
-
-def gpu_idle_gaps(t: Timeline) -> dict:
-    """The gaps in which no stream of the GPU runs anything, and how much of that idle time the host
-    caused: a gap counts as host-bound when the activity that ends it was launched (its launch call
-    started) after the gap began, so the GPU had nothing queued."""
-    idx = np.nonzero(t.keep)[0]
-    out = {"gaps": 0, "idle_us": 0.0, "host_bound_gaps": 0, "host_bound_us": 0.0}
-    if idx.size < 2:
-        return out
-    idx = idx[np.argsort(t.start[idx], kind="stable")]
-    start, end = t.start[idx], np.maximum.accumulate(t.end[idx])
-    new = np.zeros(idx.size, dtype=bool)
-    new[1:] = start[1:] > end[:-1]
-    first = np.nonzero(new)[0]  # the activity that ends each gap
-    if not first.size:
-        return out
-    gap_start, gap = end[first - 1], start[first] - end[first - 1]
-    runtime = t.launch_ts_rounded[idx[first]]
-    with np.errstate(invalid="ignore"):
-        host = runtime > gap_start
-    out.update({"gaps": int(first.size), "idle_us": float(gap.sum()), "host_bound_gaps": int(host.sum()),
-                "host_bound_us": float(gap[host].sum())})
-    return out
 
 
 IDLE_CAUSES = ("host_launch", "synchronization", "dataloader", "peer_wait", "kernel_wait", "queued")
@@ -427,11 +403,10 @@ def idle_attribution(t: Timeline) -> dict:
 
 def _thread_spans(trace: RankTrace) -> dict:
     """tid -> kind -> merged (starts, ends) of the CPU spans collect.py kept (sync calls, dataloader, peer waits)."""
-    cached = getattr(trace, "_thread_spans", None)
-    if cached is not None:
-        return cached
+    if trace.thread_spans is not None:
+        return trace.thread_spans
     out = {}
-    for kind, spans in getattr(trace, "cpu_spans", {}).items():
+    for kind, spans in trace.cpu_spans.items():
         by_tid = {}
         for tid, ts, end in spans:
             by_tid.setdefault(tid, ([], []))
@@ -441,7 +416,7 @@ def _thread_spans(trace: RankTrace) -> dict:
             out.setdefault(tid, {})[kind] = iv.union(starts, ends)
         if spans:  # "*": every thread's
             out.setdefault("*", {})[kind] = iv.union([span[1] for span in spans], [span[2] for span in spans])
-    trace._thread_spans = out
+    trace.thread_spans = out
     return out
 
 
@@ -452,7 +427,7 @@ def _take(pieces: list, merged) -> tuple:
     starts, ends = merged
     covered, left = 0.0, []
     for a, b in pieces:
-        j = max(0, int(np.searchsorted(ends, a, side="right")))
+        j = int(np.searchsorted(ends, a, side="right"))
         cursor = a
         while j < starts.size and starts[j] < b:
             s0, e0 = max(starts[j], cursor), min(ends[j], b)

@@ -149,6 +149,8 @@ class RankTrace(object):
         self.nccl_annotations = []
         self.cpu_spans = {kind: [] for kind in CPU_SPAN_KINDS}  # kind -> [(tid, ts, end)]
         self.ddp = False  # the model runs under torch's DistributedDataParallel (its annotations are in the trace)
+        self.comm_groups = {}  # activity index -> process group description (analyze.relabel_collectives)
+        self.thread_spans = None  # cpu_spans merged per thread (analyze._thread_spans), once
         self.peak_allocated = None  # bytes, from [memory] events
         self.device_memory = None  # bytes, the GPU's total memory from deviceProperties
         self.gpu_devices = set()

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 from typing import Optional
 
+from .analyze import KERNEL_WAIT_US
+
 MIN_SHARE = 0.02
-KERNEL_WAIT_US = 30  # analyze.KERNEL_WAIT_US, HTA's consecutive_kernel_delay
 MEMORY_LOW, MEMORY_HIGH = 0.60, 0.92
 STRAGGLER_SPREAD = 0.05
 
@@ -78,8 +79,14 @@ def collective_family(label: str, group: Optional[str], parallel: Optional[dict]
     return None, "neither its process group nor the layout says which parallelism it serves"
 
 
-def _ms(us: float) -> str:
-    return "%.1f ms" % (us / 1000.0) if abs(us) >= 100 else "%.0f us" % us
+def duration_text(us: Optional[float]) -> str:
+    """A duration as the text outputs write it: microseconds below one millisecond, else milliseconds."""
+    if us is None:
+        return "?"
+    return "%.1f ms" % (us / 1000.0) if abs(us) >= 1000 else "%.0f us" % us
+
+
+_ms = duration_text
 
 
 def _communication(ranks: list, parallel: Optional[dict]) -> list:

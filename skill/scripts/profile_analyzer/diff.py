@@ -21,6 +21,8 @@ import statistics
 from typing import Optional
 
 from .analyze import TOP_KERNELS
+from .diagnose import _mean
+from .diagnose import duration_text as _t
 
 EXPLAINED = 3
 STAYED = 0.10  # a total within 10% of the larger side counts as unchanged
@@ -37,11 +39,6 @@ def row(a, b) -> dict:
     delta = None if a is None or b is None else b - a
     pct = round(100.0 * delta / a, 2) if delta is not None and a else None
     return {"a": _round(a), "b": _round(b), "delta": _round(delta), "delta_pct": pct}
-
-
-def _mean(values) -> Optional[float]:
-    values = [v for v in values if v is not None]
-    return sum(values) / len(values) if values else None
 
 
 def _side(result: dict) -> dict:
@@ -196,12 +193,6 @@ def diff(a: dict, b: dict) -> dict:
 
 
 # ---------------------------------------------------------------------------------------- explanations
-def _t(us: Optional[float]) -> str:
-    if us is None:
-        return "?"
-    return "%.1f ms" % (us / 1000.0) if abs(us) >= 1000 else "%.0f us" % us
-
-
 def _signed(us: float) -> str:
     return ("+" if us >= 0 else "-") + _t(abs(us))
 
