@@ -125,10 +125,12 @@ def decide(directory, settings):
                                                         budget["unit"]))
     leader = state["leader"]
     if leader:
-        band = _float(leader.get("band")) or 0.0  # the full range, as the leader row records it
+        band = _float(leader.get("band")) or 0.0  # what a 2-run candidate needed over it, as the leader row records
+        gain = leader.get("gain")  # its gain over the baseline, written by attune_core.ranking.gain_text
         # the notation of attune_core.ranking.band_text (this hook imports no attune_core module; a test keeps them equal)
-        lines.append("Leader: %s at %.1f tokens/s/GPU (band ±%.2f%% (full range %.2f%%))." % (
-            leader.get("run"), _float(leader.get("tokens_per_s_per_gpu")) or 0.0, band * 50, band * 100))
+        lines.append("Leader: %s at %.1f tokens/s/GPU%s (a candidate needed %+.2f%% over the leader with 2 runs)." % (
+            leader.get("run"), _float(leader.get("tokens_per_s_per_gpu")) or 0.0,
+            ", %s vs baseline" % gain if isinstance(gain, str) and gain else "", band * 100))
     elif state["launches"] == 0:
         lines.append("No run launched yet.")
     if budget["exhausted"] or state["stop"]:

@@ -3,7 +3,7 @@
 One point per run in launch order, shaped by purpose (baseline, repeat, candidate, confirmation) and green
 for the recipes the leader is made of (its kept ancestors and itself); failed runs are a red cross at the
 foot of the chart at their place in the order, with their failure class; the best-so-far line is the
-leader after each run (``ranking.leader_history``), with the noise band (± half its full range) around it
+leader after each run (``ranking.leader_history``), with what a 2-run candidate must beat to lead (the leader test)
 once it is established; candidates carry their lever's name (a ``−`` when the change removes a flag).
 
 ``chart_data`` reduces a ranking to small plain data (it crosses to the process that draws it), ``figure``
@@ -91,7 +91,7 @@ def chart_data(ranking: Ranking) -> dict:
         "unscored": unscored,
         "labels": [(x, run.tokens, lever_label(run)) for x, run, _kept in labels],
         "best": [score for score, _band, _established in history],
-        "band": [band / 2 if established else None for _score, band, established in history],
+        "band": [band if established else None for _score, band, established in history],
         "band_text": band_text(ranking.band) if ranking.band_established else "",
         "leader": lead.first.run if lead is not None else None,
         "simulated": simulated,
@@ -146,16 +146,13 @@ def figure(data: dict):
     xs = list(range(1, count + 1)) + [count + 0.5]  # the last step runs half a run past the last run
     best = [math.nan if value is None else value for value in data["best"]]
     best.append(best[-1])
-    half = [math.nan if value is None else value for value in data["band"]]
-    half.append(half[-1])
-    if any(not math.isnan(value) for value in half):
-        ax.fill_between(xs, [b * (1 - h) for b, h in zip(best, half)], [b * (1 + h) for b, h in zip(best, half)],
-                        step="post", color=COLORS["kept"], alpha=0.15, linewidth=0, gid="band")
-        handles.append(Patch(color=COLORS["kept"], alpha=0.15, label="band %s around the leader" % data["band_text"]))
-        ax.step(xs, [b * (1 + 2 * h) for b, h in zip(best, half)], where="post", color=COLORS["kept"],
+    need = [math.nan if value is None else value for value in data["band"]]
+    need.append(need[-1])
+    if any(not math.isnan(value) for value in need):
+        ax.step(xs, [b * (1 + h) for b, h in zip(best, need)], where="post", color=COLORS["kept"],
                 linewidth=0.8, linestyle=(0, (2, 3)), gid="to-lead", zorder=2)
         handles.append(Line2D([], [], color=COLORS["kept"], linewidth=0.8, linestyle=(0, (2, 3)),
-                              label="to lead: beat the leader by more than the full range"))
+                              label="to lead with 2 runs: %s (the leader test)" % data["band_text"]))
     if any(not math.isnan(value) for value in best):
         ax.step(xs, best, where="post", color=COLORS["kept"], linewidth=1.6, gid="best-so-far",
                 zorder=2 if count <= 300 else 5)  # over thousands of points it would be hidden
@@ -195,7 +192,7 @@ def figure(data: dict):
         handles.append(Line2D([], [], linestyle="none", marker=marker, markersize=8, markeredgewidth=1.8,
                               color=color, label=legend))
     values = [y for _p, _c, _xs, ys in series for y in ys] + [
-        b * (1 + 2 * h) for b, h in zip(best, half) if not math.isnan(b) and not math.isnan(h)]
+        b * (1 + h) for b, h in zip(best, need) if not math.isnan(b) and not math.isnan(h)]
     if values:
         low, high = min(values), max(values)
         span = (high - low) or abs(high) * 0.05 or 1.0

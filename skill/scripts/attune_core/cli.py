@@ -170,7 +170,8 @@ def cmd_rank(args) -> int:
     lead = ranking.leader
     data = {"results": str(directory / campaign_mod.RESULTS), "chart": chart and str(directory / chart),
             "leader": lead.first.run if lead else None, "tokens_per_s_per_gpu": lead.score if lead else None,
-            "band": ranking.band, "band_full_range": ranking.band, "band_half_width": ranking.band_half_width,
+            "band": ranking.band, "band_basis": ranking.band_basis,
+            "gain_vs_baseline": ranking_mod.gain_dict(ranking.compare(lead, ranking.baseline)) if lead else None,
             "leader_recorded": recorded is not None}
     _emit(args, data, "results: %s\nchart: %s\nleader: %s\nband: %s%s" % (
         data["results"], data["chart"] or "not drawn (%s)" % note, data["leader"] or "none",
@@ -189,6 +190,7 @@ def _record_leader(snap):
         return None
     return snap.campaign.append("leader", run=lead.first.run, recipe_sha256=lead.sha,
                                 tokens_per_s_per_gpu=lead.score, band=snap.ranking.band,
+                                gain=ranking_mod.gain_text(snap.ranking.compare(lead)),
                                 previous=previous["run"] if previous else None)
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from . import files, levers as levers_mod
 from .errors import CheckFailed, InputError
-from .ranking import band_text
+from .ranking import band_text, gain_text
 
 HEADING = "# Campaign lessons"
 HURT_CLASSES = ("oom", "crash", "nan_loss", "hang", "nccl_timeout")
@@ -23,7 +23,6 @@ HURT_CLASSES = ("oom", "crash", "nan_loss", "hang", "nccl_timeout")
 
 def verdict(ranking, run) -> tuple:
     """``(verdict, result text)`` of a finalized candidate run, from the ranking alone."""
-    band = ranking.band
     if not run.finalized:
         raise CheckFailed("run %s is still in flight: finalize it first (`attune finalize %s`)" % (run.run, run.run))
     klass = (run.failure or {}).get("class")
@@ -37,20 +36,20 @@ def verdict(ranking, run) -> tuple:
                           "Fix: relaunch it (`attune launch --repeat-of %s`) or record a note"
                           % (run.run, run.status, ", %s" % klass if klass else "", run.run))
     parent = ranking.recipe_of(run.parent)
-    change = ranking.relative(recipe.score, parent)
-    if change is None:
+    gain, test = ranking.ahead(recipe, parent)
+    if gain is None:
         raise CheckFailed("run %s: its parent %s has no score to compare with" % (run.run, run.parent))
-    result = "%+.1f%% tokens/s/GPU vs parent; band %s" % (change * 100, band_text(band))
+    result = "%s tokens/s/GPU vs parent; a candidate needs %s" % (gain_text(gain), band_text(ranking.band))
     gate = recipe.gate
-    if change > band and gate is None:
-        raise CheckFailed("run %s beats its parent beyond the band but is not gated: gate it first "
+    if test == "wins" and gate is None:
+        raise CheckFailed("run %s beats its parent by the leader test but is not gated: gate it first "
                           "(`attune gate --run %s`)" % (run.run, run.run))
     reasons = sorted({reason for r in recipe.runs for reason in r.gate_reasons})
     result += "; gate %s" % ("not run" if gate is None else "pass" if gate == "pass" else
                              "fail: %s" % (reasons[0] if reasons else "see gate.json"))
-    if change < -band:
+    if test == "loses":
         return "hurt", result
-    if change > band and gate == "pass":
+    if test == "wins" and gate == "pass":
         return "kept", result
     return "rejected", result
 

@@ -12,6 +12,8 @@ import datetime
 import json
 from pathlib import Path
 
+from .ranking import gain_dict
+
 SUMMARY = "past_tuning_project.json"
 SCHEMA_VERSION = 1
 MODEL_ARGS = ("--num-layers", "--hidden-size", "--num-attention-heads", "--seq-length", "--num-experts",
@@ -36,7 +38,8 @@ def _lever(ranking, recipe) -> dict:
     parent = ranking.recipe_of(first.parent)
     return {"run": first.run, "lever": first.lever, "change": first.change, "hypothesis": first.hypothesis,
             "evidence_runs": [run.run for run in recipe.runs], "tokens_per_s_per_gpu": recipe.score,
-            "vs_parent": ranking.relative(recipe.score, parent), "gate": recipe.gate,
+            "vs_parent": ranking.relative(recipe.score, parent),
+            "gain_vs_parent": gain_dict(ranking.compare(recipe, parent)) if parent else None, "gate": recipe.gate,
             "status": ranking.run_status(first), "simulated": recipe.simulated,
             "cpu": recipe.cpu}
 
@@ -57,7 +60,8 @@ def build(snapshot, shipped: bool) -> dict:
         "cluster": {"backend": snapshot.settings.backend, "gpus": base.first.gpus if base else None},
         "baseline": {"run": base.first.run, "tokens_per_s_per_gpu": base.score} if base else None,
         "shipped": ({"run": lead.first.run, "tokens_per_s_per_gpu": lead.score,
-                     "gain_vs_baseline": ranking.relative(lead.score, base), "band": ranking.band}
+                     "gain_vs_baseline": ranking.relative(lead.score, base),
+                     "gain": gain_dict(ranking.compare(lead, base)), "band": ranking.band}
                     if shipped and lead is not None else None),
         "kept": [_lever(ranking, recipe) for recipe in kept],
         "rejected": [_lever(ranking, recipe) for recipe in rejected if not recipe.is_baseline],

@@ -4,16 +4,21 @@ Ranking is a pure function of the set of rows: shuffling the rows gives the same
 every ordering it uses comes from row content (launch time, then run id), never file position.
 
 * A **recipe** is identified by ``recipe_sha256``; runs with the same recipe are repeats of it.
-* A recipe's **score** is the median tokens/s/GPU of its rankable runs.
-* The **noise band** is the largest relative range, ``(max - min) / median`` of tokens/s/GPU,
-  among recipes with at least two rankable runs, and never below the floor. It is established once
-  the baseline has ``baseline_repeats`` rankable runs; until then no candidate can lead. People read
-  it as ``±`` half that range with the full range named (``band_text``); the rules below use the full
-  range.
+* A run is the unit of measurement: its value is ``x = ln(tokens/s/GPU)`` (the steps inside a run are not
+  independent). A recipe's **score** is the geometric mean of its rankable runs, ``exp(mean x)``.
+* The **leader test** (``Ranking.compare``): candidate C beats reference R when the difference of the mean
+  ``x``, ``d``, exceeds both ``ln(1 + floor)`` and ``t(1 - level, df) * sd * sqrt(1/n_C + 1/n_R)``, with ``sd``
+  pooled over the runs of the baseline, R and C only (one noisy candidate never widens another's test) and
+  ``df`` their runs minus one each. The level is the campaign's false-win rate split over the candidates it
+  tested (at least ``MIN_CANDIDATES``) and, within a candidate, over its looks (its 2nd, 3rd, ... run) as
+  ``6 / (pi^2 k^2)``: whatever the number of repeats, a no-op leads with probability at most the rate.
+* The test is established once the baseline has ``baseline_repeats`` rankable runs; until then no
+  candidate can lead. ``band`` is what a 2-run candidate needs over the leader now (for people and the
+  planner); every gain is shown with its 95% interval (``gain_text``).
 * A candidate recipe is **eligible** to lead when its gate passed (no gate of any of its runs
   failed) and it has at least two rankable runs (the run and its paired confirmation).
 * The **leader** starts as the baseline; eligible recipes are taken in increasing score, and each
-  one whose score beats the current leader's by more than the band becomes the leader.
+  one that passes the leader test against the current leader becomes the leader.
 * The recipes on the leader's lineage between the baseline and the leader are **kept**.
 """
 
@@ -23,11 +28,13 @@ import bisect
 import dataclasses
 import functools
 import json
+import math
 import statistics
 from typing import Optional
 
 from .chainlog import ENVELOPE, loads
 from .measure import RunScore, score_run
+from .stats import t_quantile
 
 
 SUBMIT_FAILED = "submit_failed"  # the failure class of a launch whose submission failed (runs.launch)
@@ -84,9 +91,8 @@ class RecipeView(object):
         self.runs = runs
         self.is_baseline = is_baseline
         self.rankable = [run for run in runs if run.tokens is not None]
-        values = [run.tokens for run in self.rankable]
-        self.score = _median(values) if values else None
-        self.spread = (max(values) - min(values)) / self.score if len(values) >= 2 else None
+        self.n, self.mean_log, self.ss = _moments([run.tokens for run in self.rankable])
+        self.score = math.exp(self.mean_log) if self.n else None
         ran = [run for run in runs if not run.never_ran] or runs
         originals = [run for run in ran if run.purpose in ("baseline", "candidate")] or ran
         self.first = originals[0]  # the run that introduced the recipe
@@ -96,13 +102,78 @@ class RecipeView(object):
         self.cpu = any(run.cpu for run in runs)
 
 
+MIN_CANDIDATES = 5  # the leader test assumes a campaign tests at least this many candidates (1% each at 5%)
+SPEND = 6 / math.pi ** 2  # look k of a candidate (its run k + 1) spends SPEND / k^2 of its share: they sum to 1
+INTERVAL = 0.95  # the two-sided confidence of every gain's interval
+MAX_RUNS = 6  # a close candidate is repeated up to this many runs (``pending``); beyond, the noise is the issue
+NOISY_SD = 0.025  # a run-to-run sd above this (a range of about 5% over 3 runs): measurement is the bottleneck
+
+
+def _moments(values: list) -> tuple:
+    """``(n, mean, sum of squared deviations)`` of ``ln(values)``: a run's value is its log throughput."""
+    if not values:
+        return 0, 0.0, 0.0
+    logs = [math.log(value) for value in values]
+    mean = math.fsum(logs) / len(logs)
+    return len(logs), mean, math.fsum((x - mean) ** 2 for x in logs)
+
+
+def pooled(recipes) -> tuple:
+    """``(sd, df)`` of ``ln(tokens/s/GPU)`` pooled over the runs of ``recipes`` (each recipe once): the
+    within-recipe spread, ``df`` the runs minus one each; ``sd`` None with no repeat."""
+    seen, df, ss = set(), 0, 0.0
+    for recipe in recipes:
+        if recipe is None or recipe.sha in seen or not recipe.n:
+            continue
+        seen.add(recipe.sha)
+        df += recipe.n - 1
+        ss += recipe.ss
+    return (math.sqrt(ss / df) if df else None), df
+
+
+def look_level(share: float, runs: int) -> float:
+    """The one-sided level of a candidate's look at ``runs`` runs (look ``runs - 1``) out of its ``share``."""
+    return share * SPEND / (runs - 1) ** 2
+
+
+def as_gain(bar: float, floor: float) -> float:
+    """A ``need_log`` as a relative gain (the floor exactly when the floor is what binds)."""
+    return floor if bar == math.log1p(floor) else math.expm1(bar)
+
+
+def need_log(share: float, runs: int, reference_runs: int, sd: float, df: int, floor: float) -> float:
+    """The least ``d`` (difference of mean log throughput) with which a candidate of ``runs`` runs passes."""
+    se = sd * math.sqrt(1.0 / runs + 1.0 / reference_runs)
+    return max(math.log1p(floor), t_quantile(1 - look_level(share, runs), df) * se)
+
+
+@dataclasses.dataclass(frozen=True)
+class Gain:
+    """One recipe against another: the estimate, its 95% interval and the leader test's verdict."""
+    estimate: float  # exp(d) - 1: the ratio of geometric means, minus one
+    low: Optional[float]  # the 95% interval, None without a repeat to measure noise
+    high: Optional[float]
+    runs: int
+    reference_runs: int
+    sd: Optional[float]  # pooled sd of ln(tokens/s/GPU) (baseline, reference and recipe)
+    df: int
+    need: Optional[float]  # the least gain that passes the test at this look (None below 2 runs or without df)
+    level: Optional[float]  # the look's one-sided level
+    wins: bool  # passes the leader test (the recipe beats the reference)
+    loses: bool  # the reference passes it against the recipe, at the same level
+
+    @property
+    def interval_text(self) -> str:
+        return gain_text(self)
+
+
 @dataclasses.dataclass
 class Ranking:
     runs: list
     recipes: dict
     baseline: Optional[RecipeView]
     leader: Optional[RecipeView]
-    band: float
+    band: float  # the least gain over the leader a 2-run candidate needs now (never below the floor)
     band_basis: str
     band_established: bool
     repeats_needed: int
@@ -112,10 +183,38 @@ class Ranking:
     by_id: dict = dataclasses.field(default_factory=dict)
     noise_floor: float = 0.01
     baseline_repeats: int = 3
+    false_win_rate: float = 0.05
+    tested: int = 0  # candidate recipes with a rankable run and no failed gate: what the rate is split over
+    noise_sd: Optional[float] = None  # pooled over the baseline and the leader
+    noise_df: int = 0
+
+    @property
+    def share(self) -> float:
+        """Each candidate's part of the campaign's false-win rate."""
+        return self.false_win_rate / max(self.tested, MIN_CANDIDATES)
+
+    def compare(self, recipe: RecipeView, reference: Optional[RecipeView] = None) -> Optional[Gain]:
+        """``recipe`` against ``reference`` (default the baseline): None when either has no rankable run."""
+        reference = reference if reference is not None else self.baseline
+        if recipe is None or reference is None or not recipe.n or not reference.n:
+            return None
+        d = recipe.mean_log - reference.mean_log
+        sd, df = pooled((self.baseline, reference, recipe))
+        low = high = need = level = None
+        wins = loses = False
+        if sd is not None:
+            half = t_quantile(0.5 + INTERVAL / 2, df) * sd * math.sqrt(1.0 / recipe.n + 1.0 / reference.n)
+            low, high = math.expm1(d - half), math.expm1(d + half)
+            if recipe.n >= 2:
+                level = look_level(self.share, recipe.n)
+                bar = need_log(self.share, recipe.n, reference.n, sd, df, self.noise_floor)
+                need = as_gain(bar, self.noise_floor)
+                wins, loses = d > bar, -d > bar
+        return Gain(math.expm1(d), low, high, recipe.n, reference.n, sd, df, need, level, wins, loses)
 
     @property
     def band_half_width(self) -> float:
-        """Half the band's full range: the ``±`` people read (``band_text``)."""
+        """Kept for readers of ``rank --json``: half the least gain a 2-run candidate needs."""
         return self.band / 2
 
     @functools.cached_property
@@ -152,6 +251,24 @@ class Ranking:
             recipe = self.recipe_of(recipe.first.parent)
         return list(reversed(chain))
 
+    def ahead(self, recipe: RecipeView, reference: Optional[RecipeView]) -> tuple:
+        """``(gain, verdict)`` of ``recipe`` against ``reference`` in words: ``wins``, ``loses``, ``ahead`` (above
+        the floor, not yet conclusive), ``behind`` (below minus the floor, not conclusive) or ``level``. A recipe
+        of one run is tested as if confirmed at the same mean: what a 2-run candidate needs (``band``)."""
+        gain = self.compare(recipe, reference)
+        if gain is None:
+            return None, "level"
+        if gain.need is None:  # one run: no look yet
+            if gain.estimate > self.band:
+                return gain, "wins"
+            if gain.estimate < -self.band:
+                return gain, "loses"
+        elif gain.wins or gain.loses:
+            return gain, "wins" if gain.wins else "loses"
+        if gain.estimate > self.noise_floor:
+            return gain, "ahead"
+        return gain, "behind" if gain.estimate < -self.noise_floor else "level"
+
     def run_status(self, run: RunView) -> str:
         """One phrase for the leaderboard's status column."""
         if not run.finalized:
@@ -170,24 +287,48 @@ class Ranking:
         if recipe.gate == "fail":
             return "gate failed"
         if not self.band_established:
-            return "scored; band not yet established"
-        lead = self.leader.score if self.leader else None
-        if lead and recipe.score > lead * (1 + self.band):
+            return "scored; noise not yet measured"
+        _gain, verdict = self.ahead(recipe, self.leader)
+        if verdict == "wins":
             missing = []
             if len(recipe.rankable) < 2:
                 missing.append("confirmation")
             if recipe.gate is None:
                 missing.append("gate")
-            return "beats leader; needs %s" % " and ".join(missing)
-        if lead and recipe.score >= lead * (1 - self.band):
-            return "within band of leader"
-        return "slower than leader"
+            return "beats leader; needs %s" % " and ".join(missing) if missing else "beats leader"
+        if verdict == "ahead":
+            return "ahead of leader, not conclusive"
+        if verdict == "loses":
+            return "slower than leader"
+        return "within noise of leader"
 
 
-def band_text(full_range: float) -> str:
-    """The band as every page and screen writes it: ``±`` half its range, then the full range by name
-    (``±1.48% (full range 2.96%)``). A change counts only when it exceeds the full range."""
-    return "±%.2f%% (full range %.2f%%)" % (full_range * 50, full_range * 100)
+def pct(value: Optional[float]) -> str:
+    return "%+.2f%%" % (value * 100) if value is not None else "n/a"
+
+
+def gain_text(gain: Optional[Gain]) -> str:
+    """A gain as every page and screen writes it: ``+4.21% (95% CI +1.10% to +7.40%; 3 vs 2 runs)``."""
+    if gain is None:
+        return "n/a"
+    if gain.low is None:
+        return "%s (no interval: no repeat yet; %d vs %d runs)" % (pct(gain.estimate), gain.runs, gain.reference_runs)
+    return "%s (95%% CI %s to %s; %d vs %d runs)" % (pct(gain.estimate), pct(gain.low), pct(gain.high), gain.runs,
+                                                     gain.reference_runs)
+
+
+def gain_dict(gain: Optional[Gain]) -> Optional[dict]:
+    """A gain for JSON (``status --json``, ``rank --json``, ``past_tuning_project.json``): fractions."""
+    if gain is None:
+        return None
+    return {"estimate": gain.estimate, "low": gain.low, "high": gain.high, "confidence": INTERVAL,
+            "runs": gain.runs, "reference_runs": gain.reference_runs, "passes_leader_test": gain.wins,
+            "text": gain_text(gain)}
+
+
+def band_text(need: float) -> str:
+    """What a candidate must beat, as every page and screen writes it: ``+3.92% over the leader with 2 runs``."""
+    return "%s over the leader with 2 runs" % pct(need)
 
 
 def _median(values: list) -> float:
@@ -318,17 +459,66 @@ def merge(rows, window=(5, 19), scores=None, runs=None) -> tuple:
     return runs, by_kind["stop"], warnings
 
 
-def build(rows, window=(5, 19), noise_floor=0.01, baseline_repeats=3, scores=None) -> Ranking:
+def build(rows, window=(5, 19), noise_floor=0.01, baseline_repeats=3, scores=None, false_win_rate=0.05) -> Ranking:
     """Rank the campaign described by ``rows`` (ledger rows, in any order).
 
     ``scores`` is ``score_results(rows, window)`` when the caller computed it already (in
     parallel); it must come from these very rows."""
     runs, stops, warnings = merge(rows, window, scores)
-    return assemble(runs, stops, warnings, noise_floor, baseline_repeats)
+    return assemble(runs, stops, warnings, noise_floor, baseline_repeats, false_win_rate)
 
 
-def assemble(runs: dict, stops: list, warnings: list, noise_floor=0.01, baseline_repeats=3) -> Ranking:
-    """Rank merged runs (``merge``): recipes, noise band, baseline and leader."""
+class _Stat(object):
+    """A recipe's moments as the walk reads them (``RecipeView`` has the same attributes)."""
+    __slots__ = ("sha", "n", "mean_log", "ss", "score", "launch")
+
+    def __init__(self, sha, values, launch):
+        self.sha, self.launch = sha, launch
+        self.n, self.mean_log, self.ss = _moments(values)
+        self.score = math.exp(self.mean_log) if self.n else None
+
+
+def _walk(base, eligible: list, share: float, floor: float) -> list:
+    """The leader rule: ``eligible`` in increasing score, each that passes the test against the current leader
+    leads. Returns the leaders in turn, the baseline first."""
+    chain = [base]
+    for recipe in eligible:
+        leader = chain[-1]
+        d = recipe.mean_log - leader.mean_log
+        if d <= 0:
+            continue
+        sd, df = pooled((base, leader, recipe))
+        if sd is not None and d > need_log(share, recipe.n, leader.n, sd, df, floor):
+            chain.append(recipe)
+    return chain
+
+
+def _chain_holds(chain: list, share: float, floor: float) -> bool:
+    """Whether each step of a walk's chain still passes at ``share`` (a stricter share fails no test that failed)."""
+    base = chain[0]
+    for leader, recipe in zip(chain, chain[1:]):
+        sd, df = pooled((base, leader, recipe))
+        if not recipe.mean_log - leader.mean_log > need_log(share, recipe.n, leader.n, sd, df, floor):
+            return False
+    return True
+
+
+def _band(base, leader, share: float, floor: float) -> tuple:
+    """``(need, sd, df)``: the least gain a 2-run candidate needs over ``leader``, with the noise it rests on
+    (the baseline's and the leader's runs, plus the candidate's own repeat's degree of freedom)."""
+    sd, df = pooled((base, leader))
+    if sd is None:
+        return floor, None, 0
+    return as_gain(need_log(share, 2, leader.n, sd, df + 1, floor), floor), sd, df
+
+
+def _tested(recipes) -> int:
+    return sum(1 for recipe in recipes if not recipe.is_baseline and recipe.n and recipe.gate != "fail")
+
+
+def assemble(runs: dict, stops: list, warnings: list, noise_floor=0.01, baseline_repeats=3,
+             false_win_rate=0.05) -> Ranking:
+    """Rank merged runs (``merge``): recipes, noise, baseline and leader."""
     warnings = list(warnings)
     stop = max(stops, key=_content_key) if stops else None
     ordered = sorted(runs.values(), key=_sort_key)
@@ -345,27 +535,29 @@ def assemble(runs: dict, stops: list, warnings: list, noise_floor=0.01, baseline
                                                                                              _sort_key(run)))
         baseline = recipes[first.recipe]
         baseline.is_baseline = True
-
-    band, basis = noise_floor, "the %.2f%% floor" % (noise_floor * 100)
-    for recipe in sorted(recipes.values(), key=lambda r: r.sha):
-        spread = recipe.spread
-        if spread is not None and spread > band:
-            band = spread
-            basis = "%d runs of %s (%s)" % (len(recipe.rankable), recipe.first.run,
-                                            "baseline" if recipe.is_baseline else "candidate")
-    have = len(baseline.rankable) if baseline else 0
+    tested = _tested(recipes.values())
+    share = false_win_rate / max(tested, MIN_CANDIDATES)
+    have = baseline.n if baseline else 0
     established = baseline is not None and have >= baseline_repeats
     leader = baseline if baseline is not None and baseline.score is not None else None
     if established and leader is not None:
-        eligible = [r for r in recipes.values()
-                    if not r.is_baseline and r.gate == "pass" and len(r.rankable) >= 2]
-        for recipe in sorted(eligible, key=lambda r: (r.score, r.first.launch_ts, r.sha)):
-            if recipe.score > leader.score * (1 + band):
-                leader = recipe
+        eligible = [r for r in recipes.values() if not r.is_baseline and r.gate == "pass" and r.n >= 2]
+        leader = _walk(baseline, sorted(eligible, key=lambda r: (r.score, r.first.launch_ts, r.sha)), share,
+                       noise_floor)[-1]
+    band, sd, df = _band(baseline, leader, share, noise_floor) if leader is not None else (noise_floor, None, 0)
+    if sd is None:
+        basis = "no repeat yet: the %.2f%% floor" % (noise_floor * 100)
+    else:
+        basis = ("run-to-run sd %.2f%% of tokens/s/GPU from %s (df %d); false wins at most %g%% a campaign over "
+                 "%d candidate(s) tested (counted as at least %d): a 2-run candidate's test at level %.3g%%" % (
+                     sd * 100, "%d baseline run(s)" % baseline.n + (
+                         " and %d of the leader %s" % (leader.n, leader.first.run) if leader is not baseline else ""),
+                     df, false_win_rate * 100, tested, MIN_CANDIDATES, look_level(share, 2) * 100))
     ranking = Ranking(runs=ordered, recipes=recipes, baseline=baseline, leader=leader, band=band,
                       band_basis=basis, band_established=established,
                       repeats_needed=max(0, baseline_repeats - have), stop=stop, warnings=warnings,
-                      by_id=runs, noise_floor=noise_floor, baseline_repeats=baseline_repeats)
+                      by_id=runs, noise_floor=noise_floor, baseline_repeats=baseline_repeats,
+                      false_win_rate=false_win_rate, tested=tested, noise_sd=sd, noise_df=df)
     ranking.pending = _pending(ranking)
     return ranking
 
@@ -373,17 +565,17 @@ def assemble(runs: dict, stops: list, warnings: list, noise_floor=0.01, baseline
 def leader_history(ranking: Ranking) -> list:
     """The leader after each run in launch order: ``[(score or None, band, established), ...]``, one per run of
     ``ranking.runs``, each what ranking the runs launched up to it (with their results and gates) gives. The
-    last entry is ``ranking.leader``'s score and ``ranking.band``. Built in one pass: the leader rule's walk
-    jumps with ``bisect`` from a leader to the first eligible score above it by more than the band."""
-    base = ranking.baseline.sha if ranking.baseline is not None else None
-    floor, repeats = ranking.noise_floor, ranking.baseline_repeats
-    values, spreads, verdicts = {}, {}, {}
-    widest = None  # the recipe whose spread is the band (when above the floor)
+    last entry is ``ranking.leader``'s score and ``ranking.band``. A run that adds only a tested candidate
+    (the common case) changes only the false-win share: the last walk's chain is checked at the new share,
+    and the walk is run again only when a step of it no longer passes."""
+    base_sha = ranking.baseline.sha if ranking.baseline is not None else None
+    floor, repeats, rate = ranking.noise_floor, ranking.baseline_repeats, ranking.false_win_rate
+    values, verdicts, stats = {}, {}, {}
     eligible = []  # sorted (score, first launch, sha) of the eligible recipes so far
-    scores = []  # their scores, for bisect
-    entries = {}  # sha -> its entry in eligible
-    band, established, base_score, leader = floor, False, None, None
-    entry_now = (leader, band, established)
+    entries = {}  # sha -> its key in eligible
+    tested = set()
+    base, chain, share = None, None, None
+    entry_now = (None, floor, False)
     out = []
     for run in ranking.runs:
         tokens, gate = run.tokens, run.gate
@@ -391,53 +583,46 @@ def leader_history(ranking: Ranking) -> list:
             out.append(entry_now)
             continue
         sha = run.recipe
-        moved = False  # whether anything the leader rule reads changed
         if gate:
             verdicts.setdefault(sha, set()).add(gate)
         own = values.setdefault(sha, [])
         if tokens is not None:
             own.append(tokens)
-            if len(own) >= 2:
-                spreads[sha] = spread = (max(own) - min(own)) / _median(own)
-                if sha == widest:  # the widest may have narrowed: look again
-                    widest = max(spreads, key=spreads.get)
-                elif widest is None or spread > spreads[widest]:
-                    widest = sha
-                moved = band != max(floor, spreads[widest])
-                band = max(floor, spreads[widest])
-        if sha == base:
-            base_score = _median(own) if own else None
-            established = len(own) >= repeats
-            moved = True
+        stat = stats[sha] = _Stat(sha, own, ranking.recipes[sha].first.launch_ts)
+        walk = False
+        if sha == base_sha:
+            base, walk = (stat if stat.n else None), True
         else:
-            entry = entries.pop(sha, None)
-            if entry is not None:
-                index = bisect.bisect_left(eligible, entry)
-                del eligible[index], scores[index]
-                moved = True
             gates = verdicts.get(sha, ())
-            if len(own) >= 2 and "pass" in gates and "fail" not in gates:
-                entry = entries[sha] = (_median(own), ranking.recipes[sha].first.launch_ts, sha)
-                index = bisect.bisect_left(eligible, entry)
-                eligible.insert(index, entry)
-                scores.insert(index, entry[0])
-                moved = True
-        if not moved:
-            out.append(entry_now)
-            continue
-        leader = base_score
-        if established and leader is not None:
-            while True:
-                index = bisect.bisect_right(scores, leader * (1 + band))
-                if index == len(scores):
-                    break
-                leader = scores[index]
-        entry_now = (leader, band, established)
+            if stat.n and "fail" not in gates:
+                tested.add(sha)
+            else:
+                if sha in tested:
+                    walk = True  # fewer tested: a looser share can pass a test that failed
+                tested.discard(sha)
+            key = entries.pop(sha, None)
+            if key is not None:
+                del eligible[bisect.bisect_left(eligible, key)]
+                walk = True
+            if stat.n >= 2 and "pass" in gates and "fail" not in gates:
+                key = entries[sha] = (stat.score, stat.launch, sha)
+                bisect.insort(eligible, key)
+                walk = True
+        new_share = rate / max(len(tested), MIN_CANDIDATES)
+        established = base is not None and base.n >= repeats
+        if base is None:
+            chain = None
+        elif not established:
+            chain = [base]
+        elif walk or chain is None or share is None or new_share > share or (
+                new_share < share and not _chain_holds(chain, new_share, floor)):
+            chain = _walk(base, [stats[key[2]] for key in eligible], new_share, floor)
+        share = new_share
+        leader = chain[-1] if chain else None
+        band = _band(base, leader, share, floor)[0] if leader is not None else floor
+        entry_now = (leader.score if leader is not None else None, band, established)
         out.append(entry_now)
     return out
-
-
-NOISY_BAND = 0.05  # above this, measurement is the bottleneck: a typical lever moves throughput by a few percent
 
 
 def _pending(ranking: Ranking) -> list:
@@ -449,24 +634,30 @@ def _pending(ranking: Ranking) -> list:
         todo.append("launch the baseline")
         return todo
     if ranking.repeats_needed:
-        todo.append("repeat the baseline: %d more rankable run(s) needed for the noise band" % ranking.repeats_needed)
-    lead = ranking.leader.score if ranking.leader else None
-    if not ranking.band_established or not lead:
+        todo.append("repeat the baseline: %d more rankable run(s) needed to measure the noise" % ranking.repeats_needed)
+    lead = ranking.leader
+    if not ranking.band_established or lead is None:
         return todo
-    if ranking.band > NOISY_BAND:
-        todo.append("the noise band is %s, from %s: find why repeats of one recipe differ this much (contention, "
-                    "stragglers, placement, a step too short to time) before testing candidates: no lever of a few "
-                    "percent can clear it" % (band_text(ranking.band), ranking.band_basis))
+    if ranking.noise_sd is not None and ranking.noise_sd > NOISY_SD:
+        todo.append("the run-to-run sd is %.2f%% (%s): find why repeats of one recipe differ this much (contention, "
+                    "stragglers, placement, a step too short to time) before testing candidates: a 2-run candidate "
+                    "needs %s" % (ranking.noise_sd * 100, ranking.band_basis, band_text(ranking.band)))
     for recipe in sorted(ranking.recipes.values(), key=lambda r: (r.first.launch_ts, r.sha)):
-        if recipe.is_baseline or recipe is ranking.leader or recipe.gate == "fail" or recipe.score is None:
+        if recipe.is_baseline or recipe is lead or recipe.gate == "fail" or recipe.score is None:
             continue
-        if recipe.score <= lead * (1 + ranking.band):
+        gain, verdict = ranking.ahead(recipe, lead)
+        if verdict not in ("wins", "ahead"):
             continue
         first = recipe.first.run
         busy = any(not run.finalized for run in recipe.runs)
         if len(recipe.rankable) < 2 and not busy:
-            todo.append("confirm %s: it beats the leader by %+.2f%%; relaunch the same recipe with purpose confirm"
-                        % (first, (recipe.score / lead - 1) * 100))
+            todo.append("confirm %s: %s over the leader from one run; relaunch the same recipe with purpose "
+                        "confirm (a candidate is tested from 2 runs)" % (first, pct(gain.estimate)))
+        elif verdict == "ahead" and not busy and recipe.n < MAX_RUNS:
+            again = lead.first.run if lead.n < recipe.n else first
+            todo.append("repeat %s: %s over the leader is not conclusive (it needs %s at %d runs); launch "
+                        "--repeat-of %s, the recipe with fewer runs, to narrow the test"
+                        % (first, gain_text(gain), pct(gain.need), recipe.n, again))
         if recipe.gate is None:
             todo.append("gate %s: a candidate needs a passing correctness gate to lead" % first)
     return todo

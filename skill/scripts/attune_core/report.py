@@ -15,7 +15,7 @@ from typing import Optional
 
 from . import preship, project_summary
 from .campaign import REPORT, SHIPPED_RECIPE
-from .ranking import band_text
+from .ranking import band_text, gain_text
 from .results import CPU, SIMULATED, budget_lines, cell, cpu_lines, describe_change, mark, pct, tok
 from .snapshot import Snapshot
 
@@ -82,10 +82,12 @@ def render(snapshot: Snapshot, checks: list, shipped: bool, payback: Optional[fl
     out.append("| Baseline | %s |" % (_recipe_text(base) if base else "none"))
     out.append("| Shipped recipe | %s |" % (_recipe_text(lead) if lead and shipped else "none"))
     if base is not None and lead is not None:
-        gain = ranking.relative(lead.score, base)
-        verdict = "clears" if gain is not None and gain > ranking.band else "does not clear"
-        out.append("| Gain | %s (%s the noise band %s, from %s) |" % (
-            pct(gain) or "+0.00%", verdict, band_text(ranking.band), ranking.band_basis))
+        gain = ranking.compare(lead, base)
+        if lead is base:
+            verdict = "the baseline itself"
+        else:
+            verdict = "passes the leader test" if gain is not None and gain.wins else "does not pass the leader test"
+        out.append("| Gain | %s, %s (%s) |" % (gain_text(gain), verdict, ranking.band_basis))
     stop = ranking.stop
     out.append("| Stop | %s |" % ("%s: %s (evidence: %s)" % (stop["ts"], cell(stop["reason"]), ", ".join(stop["evidence"]))
                                    if stop else "none recorded: the campaign may still be running"))
@@ -101,8 +103,8 @@ def render(snapshot: Snapshot, checks: list, shipped: bool, payback: Optional[fl
         evidence = ", ".join("%s %s" % (run.run, tok(run.tokens)) for run in recipe.rankable)
         out += ["### %s: %s" % (first.run, cell(describe_change(first.change)) or "(no change recorded)"), "",
                 "- hypothesis: %s" % (cell(first.hypothesis) or "not recorded"),
-                "- evidence: %s tokens/s/GPU (median %s, %s vs parent %s)" % (
-                    evidence, tok(recipe.score), pct(ranking.relative(recipe.score, parent)) or "n/a",
+                "- evidence: %s tokens/s/GPU (geometric mean %s, %s vs parent %s)" % (
+                    evidence, tok(recipe.score), gain_text(ranking.compare(recipe, parent)) if parent else "n/a",
                     parent.first.run if parent else "?"),
                 "- gate: %s%s" % (recipe.gate or "not run",
                                   " (%s)" % "; ".join(first.gate_reasons) if first.gate_reasons else ""), ""]
@@ -142,7 +144,7 @@ def render(snapshot: Snapshot, checks: list, shipped: bool, payback: Optional[fl
 
 
 def _recipe_text(recipe) -> str:
-    return "%s: %s tokens/s/GPU (median of %d run(s))%s" % (
+    return "%s: %s tokens/s/GPU (geometric mean of %d run(s))%s" % (
         recipe.first.run, tok(recipe.score) or "n/a", len(recipe.rankable), mark(recipe))
 
 

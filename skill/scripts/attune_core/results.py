@@ -13,7 +13,7 @@ import statistics
 from typing import Optional
 
 from .budget import BudgetState
-from .ranking import Ranking, RunView, band_text
+from .ranking import Ranking, RunView, band_text, gain_text
 
 SIMULATED = "SIMULATED"
 CPU = "cpu"  # a run through the cpu pod hook: a real program measured on a CPU, not on a GPU
@@ -132,19 +132,18 @@ def render(ranking: Ranking, budget: BudgetState, campaign_id: str, ledger_rows:
     if base is None:
         out.append("| Baseline | not launched yet |")
     else:
-        out.append("| Baseline | %s: %s tokens/s/GPU (median of %d rankable run(s))%s |" % (
+        out.append("| Baseline | %s: %s tokens/s/GPU (geometric mean of %d rankable run(s))%s |" % (
             base.first.run, tok(base.score) or "no rankable run", len(base.rankable), _sim(base)))
     if lead is None:
         out.append("| Leader | none yet |")
     else:
         out.append("| Leader | %s: %s tokens/s/GPU, %s vs baseline (%d rankable run(s), gate %s)%s |" % (
-            lead.first.run, tok(lead.score), pct(ranking.relative(lead.score, base)) or "+0.00%",
+            lead.first.run, tok(lead.score), gain_text(ranking.compare(lead, base)),
             len(lead.rankable), "n/a (baseline)" if lead.is_baseline else lead.gate, _sim(lead)))
-    band = "%s, from %s; a change counts when it exceeds the full range" % (band_text(ranking.band),
-                                                                            ranking.band_basis)
+    band = "a candidate needs %s (more runs need less); %s" % (band_text(ranking.band), ranking.band_basis)
     if not ranking.band_established:
         band += "; not yet established: %d more baseline run(s) needed" % ranking.repeats_needed
-    out.append("| Noise band | %s |" % band)
+    out.append("| Leader test | %s |" % band)
     finalized = sum(1 for run in ranking.runs if run.finalized)
     out.append("| Runs | %d launched, %d finalized, %d in flight |" % (len(ranking.runs), finalized,
                                                                        len(ranking.in_flight)))
@@ -201,7 +200,7 @@ def _run_row(ranking: Ranking, run: RunView) -> str:
     vs_parent = ranking.relative(value, parent_recipe) if parent_recipe and parent_recipe.sha != run.recipe else None
     band = ""
     if vs_parent is not None and ranking.band_established:
-        band = "clears" if abs(vs_parent) > ranking.band else "within"
+        band = "clears" if ranking.ahead(ranking.recipes[run.recipe], parent_recipe)[1] in ("wins", "loses") else "within"
     throughput = tok(value)
     if throughput:
         throughput += mark(run)

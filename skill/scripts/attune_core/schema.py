@@ -43,7 +43,7 @@ LEDGER_KINDS = {
     ),
     "leader": (
         {"run": "str", "recipe_sha256": "str", "tokens_per_s_per_gpu": "number", "band": "number"},
-        {"previous": "str?"},
+        {"previous": "str?", "gain": "str"},
     ),
     "stop": (
         {"reason": "str", "evidence": "list[str]"},

@@ -158,6 +158,9 @@ SPECS = (
          "last iteration of the scoring window, inclusive", "19", group="measurement"),
     Spec("ATTUNE_NOISE_FLOOR", "noise_floor", "float", "0.01",
          "smallest noise band, as a fraction (0.01 = 1%)", "0.01", group="measurement"),
+    Spec("ATTUNE_FALSE_WIN_RATE", "false_win_rate", "float", "0.05",
+         "the most often a campaign may crown a change that does nothing (0.05 = 1 campaign in 20); split over the "
+         "candidates it tests", "0.05", group="measurement"),
     Spec("ATTUNE_BASELINE_REPEATS", "baseline_repeats", "int", "3",
          "baseline runs needed before any candidate can lead (at least 2)", "3", group="measurement"),
     Spec("ATTUNE_HANG_AFTER_S", "hang_after_s", "float", "900",
@@ -198,6 +201,7 @@ class Settings:
     gate_rules: str = ""
     pod_scripts: str = ""
     pod_hooks: str = ""
+    false_win_rate: float = 0.05
     planner_seed: int = 0
     planner_gpu: str = ""
     planner_max_band: Optional[float] = 0.25
@@ -455,6 +459,10 @@ def _cross_checks(v: dict, bad: set) -> list:
     floor = v.get("noise_floor")
     if floor is not None and not (0 < floor < 0.5):
         problems.append("ATTUNE_NOISE_FLOOR=%r: must be a fraction between 0 and 0.5. Fix: e.g. 0.01 for 1%%" % floor)
+    rate = v.get("false_win_rate")
+    if rate is not None and not (0 < rate < 0.5):
+        problems.append("ATTUNE_FALSE_WIN_RATE=%r: must be a fraction between 0 and 0.5. Fix: e.g. 0.05 for 1 campaign "
+                        "in 20" % rate)
     repeats = v.get("baseline_repeats")
     if repeats is not None and repeats < 2:
         problems.append("ATTUNE_BASELINE_REPEATS=%r: at least 2 baseline runs are needed to measure noise. "

@@ -158,7 +158,8 @@ def _take(campaign, settings, data, cached, save, gpu_result) -> Snapshot:
         cache_job = Background(_save_view, campaign.dir, data, len(data) - ledger_report.torn_tail_bytes, count,
                                genesis["campaign"], last_ts, genesis, leaders, stops, list(runs.values()),
                                settings.window)
-    ranking = ranking_mod.assemble(runs, stops, warnings, settings.noise_floor, settings.baseline_repeats)
+    ranking = ranking_mod.assemble(runs, stops, warnings, settings.noise_floor, settings.baseline_repeats,
+                                   settings.false_win_rate)
     budget = budget_mod.state(settings, ranking, gpu[1])
     return Snapshot(campaign, settings, None if cached else new_rows, gpu[1], ranking, budget, ledger_report,
                     gpu[0], count, last_ts, genesis, leaders, cached["count"] if cached else 0, cache_job)

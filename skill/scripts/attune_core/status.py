@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import heapq
 
-from .ranking import RecipeView, band_text
+from .ranking import RecipeView, band_text, gain_dict
 from .snapshot import Snapshot
 
 LAST_RESULTS = 5
@@ -19,6 +19,7 @@ def _recipe(snapshot: Snapshot, recipe: RecipeView) -> dict:
         "recipe_sha256": recipe.sha,
         "tokens_per_s_per_gpu": recipe.score,
         "vs_baseline": ranking.relative(recipe.score, ranking.baseline),
+        "gain_vs_baseline": gain_dict(ranking.compare(recipe)) if not recipe.is_baseline else None,
         "rankable_runs": len(recipe.rankable),
         "gate": recipe.gate,
         "simulated": recipe.simulated,
@@ -55,10 +56,10 @@ def collect(snapshot: Snapshot) -> dict:
         "budget": snapshot.budget.as_dict(),
         "baseline": dict(_recipe(snapshot, ranking.baseline) or {}, role="baseline") if ranking.baseline else None,
         "leader": _recipe(snapshot, ranking.leader),
-        # value is the full range (max - min) / median, the number the leader rule compares with; people read
-        # the band as ± half of it (text)
-        "band": {"value": ranking.band, "full_range": ranking.band, "half_width": ranking.band_half_width,
-                 "text": band_text(ranking.band), "basis": ranking.band_basis,
+        # value: the least gain over the leader a 2-run candidate needs now (the leader test, measurement.md §4)
+        "band": {"value": ranking.band, "text": band_text(ranking.band), "basis": ranking.band_basis,
+                 "noise_sd": ranking.noise_sd, "noise_df": ranking.noise_df,
+                 "false_win_rate": ranking.false_win_rate, "candidates_tested": ranking.tested,
                  "established": ranking.band_established, "baseline_runs_needed": ranking.repeats_needed},
         "in_flight": [{"run": run.run, "purpose": run.purpose, "launched": run.launch_ts,
                        "expected_gpu_hours": run.expected_gpu_hours} for run in ranking.in_flight],
@@ -74,8 +75,8 @@ def _fmt_recipe(info) -> str:
         return "none"
     value = info["tokens_per_s_per_gpu"]
     text = "%s %s tokens/s/GPU" % (info["run"], "%.1f" % value if value is not None else "(no rankable run)")
-    if info["vs_baseline"] is not None and info.get("role") != "baseline":
-        text += " (%+.2f%% vs baseline)" % (info["vs_baseline"] * 100)
+    if info.get("gain_vs_baseline") and info.get("role") != "baseline":
+        text += " (%s vs baseline)" % info["gain_vs_baseline"]["text"]
     text += ", %d rankable run(s)" % info["rankable_runs"]
     if info["simulated"]:
         text += ", SIMULATED"
@@ -94,7 +95,7 @@ def render(info: dict, budget_text: str) -> str:
         "budget: %s" % budget_text,
         "baseline: %s" % _fmt_recipe(info["baseline"]),
         "leader: %s" % _fmt_recipe(info["leader"]),
-        "band: %s, from %s%s" % (band["text"], band["basis"],
+        "band: a candidate needs %s; %s%s" % (band["text"], band["basis"],
                                  "" if band["established"] else "; not established, %d more baseline run(s) needed"
                                  % band["baseline_runs_needed"]),
         "in_flight: %s" % (", ".join("%s (%s, launched %s)" % (r["run"], r["purpose"], r["launched"])

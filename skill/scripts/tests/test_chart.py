@@ -63,7 +63,7 @@ def test_chart_data_shows_every_run_by_purpose_and_failures_by_class(ranked):
     assert [text for _x, _y, text in data["labels"]] == ["overlap-grad-reduce", "recompute", "tp-comm-overlap",
                                                          "−overlap-grad-reduce"]
     assert data["best"][-1] == ranked.leader.score and ranked.leader.first.run == "r009"
-    assert data["band"][-1] == pytest.approx(ranked.band / 2) and data["band_text"] == ranking_mod.band_text(ranked.band)
+    assert data["band"][-1] == pytest.approx(ranked.band) and data["band_text"] == ranking_mod.band_text(ranked.band)
 
 
 def test_the_figure_draws_markers_failures_best_so_far_band_and_labels(ranked):
@@ -82,17 +82,13 @@ def test_the_figure_draws_markers_failures_best_so_far_band_and_labels(ranked):
     assert best.get_drawstyle() == "steps-post"
     assert best.get_ydata()[-1] == pytest.approx(ranked.leader.score)
     assert best.get_ydata()[0] == pytest.approx(ranked.runs[0].tokens)  # the baseline's first run leads at first
-    band = [item for item in ax.collections if item.get_gid() == "band"]
-    assert len(band) == 1
-    ys = [y for path in band[0].get_paths() for _x, y in path.vertices]
-    half = ranked.band / 2
-    assert max(ys) == pytest.approx(ranked.leader.score * (1 + half))
-    assert min(ys) == pytest.approx(ranked.baseline.score * (1 - half))  # from where the band is established
-    assert lines["to-lead"].get_ydata()[-1] == pytest.approx(ranked.leader.score * (1 + ranked.band))
+    to_lead = lines["to-lead"].get_ydata()
+    assert to_lead[-1] == pytest.approx(ranked.leader.score * (1 + ranked.band))
+    assert all(math.isnan(y) for y in to_lead[:2]) and not math.isnan(to_lead[2])  # from where the test is established
     labels = [text.get_text() for text in ax.texts if text.get_gid() == "label"]
     assert labels == ["overlap-grad-reduce", "recompute", "tp-comm-overlap", "−overlap-grad-reduce"]
     legend = [text.get_text() for text in fig.legends[0].get_texts()]
-    assert "band %s around the leader" % ranking_mod.band_text(ranked.band) in legend
+    assert "to lead with 2 runs: %s (the leader test)" % ranking_mod.band_text(ranked.band) in legend
     assert {"baseline", "repeat of the baseline", "candidate", "confirmation",
             "failed run, with its failure class"} <= set(legend)
 
@@ -134,8 +130,8 @@ LEVELS = [950.0, 1000.0, 1004.0, 1010.0, 1016.0, 1021.0, 1025.0, 1050.0, 1100.0]
        st.lists(st.tuples(st.integers(0, 4), st.sampled_from([0.0, 0.0, -0.002, 0.001, 0.003, 0.006]),
                           st.sampled_from([None, "pass", "pass", "pass", "fail"]), st.integers(0, 9).map(bool)),
                 min_size=1, max_size=30),
-       st.sampled_from([0.002, 0.005, 0.01]), st.integers(2, 3))
-def test_leader_history_is_the_ranking_of_every_prefix(levels, spec, floor, repeats):
+       st.sampled_from([0.002, 0.005, 0.01]), st.integers(2, 3), st.sampled_from([0.05, 0.4]))
+def test_leader_history_is_the_ranking_of_every_prefix(levels, spec, floor, repeats, rate):
     """Each entry is what ``assemble`` gives for the runs launched up to it (order, not file position)."""
     runs = {}
     for index, (recipe, jitter, gate, ok) in enumerate(spec, 1):
@@ -144,11 +140,11 @@ def test_leader_history_is_the_ranking_of_every_prefix(levels, spec, floor, repe
         view = _view(index, purpose, "base" if recipe == 0 else "c%d" % recipe, levels[recipe] * (1 + jitter), gate,
                      ok)
         runs[view.run] = view
-    full = ranking_mod.assemble(runs, [], [], floor, repeats)
+    full = ranking_mod.assemble(runs, [], [], floor, repeats, rate)
     history = ranking_mod.leader_history(full)
     assert len(history) == len(full.runs)
     for count, (score, band, established) in enumerate(history, 1):
-        prefix = ranking_mod.assemble({run.run: run for run in full.runs[:count]}, [], [], floor, repeats)
+        prefix = ranking_mod.assemble({run.run: run for run in full.runs[:count]}, [], [], floor, repeats, rate)
         expected = prefix.leader.score if prefix.leader is not None else None
         assert (score is None) == (expected is None)
         if score is not None:
@@ -168,4 +164,4 @@ def test_the_best_so_far_follows_the_leader_rule_not_the_best_score():
         runs[view.run] = view
     ranking = ranking_mod.assemble(runs, [], [])
     history = [score for score, _band, _established in ranking_mod.leader_history(ranking)]
-    assert history == [1000.0] * 4 + [1020.0] * 5 and ranking.leader.score == 1020.0
+    assert history == pytest.approx([1000.0] * 4 + [1020.0] * 5) and ranking.leader.score == pytest.approx(1020.0)

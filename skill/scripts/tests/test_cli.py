@@ -57,7 +57,8 @@ def test_status_from_a_readonly_copy(readonly_tree, tmp_path):
     proc = run(readonly_tree, "status", "--campaign", str(campaign))
     assert proc.returncode == 0, proc.stderr
     lines = dict(line.split(": ", 1) for line in proc.stdout.splitlines() if ": " in line)
-    assert lines["leader"].startswith("r004 20482.9 tokens/s/GPU (+6.26% vs baseline)")
+    assert lines["leader"].startswith("r004 20482.9 tokens/s/GPU (+6.39% (95% CI +5.27% to +7.52%; 2 vs 3 runs) vs "
+                                      "baseline)")
     assert lines["in_flight"].startswith("r010")
     assert "next: confirm r009" in proc.stdout
     proc = run(readonly_tree, "status", "--json", env={"ATTUNE_CAMPAIGN_DIR": str(campaign)})
@@ -162,10 +163,10 @@ def test_report_ships_the_gated_leader(tmp_path):
     shipped = (campaign / "recipe.yaml").read_bytes()
     assert shipped == (campaign / "runs" / "r004" / "recipe.yaml").read_bytes()
     text = (campaign / "REPORT.md").read_text()
-    assert "**Shipped**" in text and "+6.26% (clears the noise band ±0.50% (full range 1.00%), from the 1.00% floor)" in text
+    assert "**Shipped**" in text and "| Gain | +6.39% (95% CI +5.27% to +7.52%; 2 vs 3 runs), passes the leader test" in text
     assert "### r004: set --overlap-grad-reduce; set --overlap-param-gather" in text
     assert "| r006 | micro-batch-size |" in text
-    assert "24.0 hours of training on the shipped recipe's 8 GPUs" in text
+    assert "23.5 hours of training on the shipped recipe's 8 GPUs" in text
 
 
 @pytest.mark.parametrize("damage, reason", [

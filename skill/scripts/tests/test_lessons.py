@@ -48,7 +48,8 @@ def test_an_ungated_winner_must_be_gated_first_then_it_is_kept(built, capsys):
     found = levers.parse_lessons(after)[-1]
     assert found["lever"] == "overlap-grad-reduce" and found["campaign"] == "alice-llama8b"
     assert found["Runs"] == "r004 (candidate), r005 (confirm)"
-    assert found["Result"] == "+11.1% tokens/s/GPU vs parent; band ±0.50% (full range 1.00%); gate pass"
+    assert found["Result"] == ("+11.11% (95% CI +11.11% to +11.11%; 2 vs 3 runs) tokens/s/GPU vs parent; a candidate "
+                               "needs +1.00% over the leader with 2 runs; gate pass")
     assert found["Verdict"] == "kept" and found["Lesson"] == "llama8b, 8 GPUs, TP2: as measured"
     assert levers.parse(after) == levers.parse(before)  # the catalog entries are untouched
     note = built.campaign.ledger.rows()[-1]
@@ -59,8 +60,10 @@ def test_an_ungated_winner_must_be_gated_first_then_it_is_kept(built, capsys):
 
 
 @pytest.mark.parametrize("run, verdict, result", [
-    ("r006", "hurt", "-9.1% tokens/s/GPU vs parent; band ±0.50% (full range 1.00%); gate not run"),
-    ("r007", "rejected", "+0.5% tokens/s/GPU vs parent; band ±0.50% (full range 1.00%); gate not run"),
+    ("r006", "hurt", "-9.09% (95% CI -9.09% to -9.09%; 1 vs 3 runs) tokens/s/GPU vs parent; a candidate needs "
+                     "+1.00% over the leader with 2 runs; gate not run"),
+    ("r007", "rejected", "+0.50% (95% CI +0.50% to +0.50%; 1 vs 3 runs) tokens/s/GPU vs parent; a candidate needs "
+                         "+1.00% over the leader with 2 runs; gate not run"),
     ("r008", "hurt", "failed (oom); no tokens/s/GPU"),
 ])
 def test_the_verdict_and_result_come_from_the_ledger(built, capsys, run, verdict, result):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import random
 import tempfile
 from pathlib import Path
@@ -12,7 +13,7 @@ from factory import Builder, jittered, settings as make_settings
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from attune_core import ranking as ranking_mod
+from attune_core import ranking as ranking_mod, stats
 from attune_core.chainlog import ENVELOPE, ChainLog
 from attune_core.schema import validate_ledger_row
 
@@ -40,7 +41,13 @@ def test_band_waits_for_baseline_repeats(tmp_path):
     assert any("repeat the baseline" in item for item in ranked.pending)
 
 
-def test_band_is_the_largest_repeat_spread_never_below_floor(tmp_path):
+def _log_sd(tokens):
+    logs = [math.log(value) for value in tokens]
+    mean = sum(logs) / len(logs)
+    return math.sqrt(sum((x - mean) ** 2 for x in logs) / (len(logs) - 1))
+
+
+def test_the_band_is_what_a_2_run_candidate_needs_from_the_baselines_log_sd(tmp_path):
     b = Builder(tmp_path)
     b.launch("r001", "baseline", "base")
     b.result("r001", 1000.0)
@@ -49,10 +56,109 @@ def test_band_is_the_largest_repeat_spread_never_below_floor(tmp_path):
     b.launch("r003", "repeat", "base", parent="r001")
     b.result("r003", 1010.0)
     ranked = rank(b)
-    values = sorted(run.tokens for run in ranked.baseline.rankable)
-    assert ranked.band == pytest.approx((values[2] - values[0]) / values[1])
-    assert ranked.band_established and "3 runs of r001" in ranked.band_basis
+    sd = _log_sd([run.tokens for run in ranked.baseline.rankable])
+    assert ranked.noise_sd == pytest.approx(sd) and ranked.noise_df == 2
+    # one candidate tested of the at least 5 the rate is split over: 1% each, its first look 6/pi^2 of that;
+    # df 2 from the baseline plus the candidate's own repeat
+    level = 0.05 / 5 * 6 / math.pi ** 2
+    t = stats.t_quantile(1 - level, 3)
+    assert ranked.band == pytest.approx(math.expm1(t * sd * math.sqrt(1 / 2 + 1 / 3)))
+    assert ranked.band_established and "3 baseline run(s)" in ranked.band_basis
     assert rank(b, noise_floor=0.2).band == 0.2
+    assert rank(b, false_win_rate=0.2).band < ranked.band
+
+
+def test_a_gain_has_the_t_interval_of_the_log_ratio(tmp_path):
+    b = Builder(tmp_path)
+    for index, step in enumerate((1000.0, 1012.0, 994.0), start=1):
+        b.launch("r%03d" % index, "baseline" if index == 1 else "repeat", "base", parent=None if index == 1 else "r001")
+        b.result("r%03d" % index, step)
+    b.launch("r004", "candidate", "fast", parent="r001")
+    b.result("r004", 930.0)
+    b.launch("r005", "confirm", "fast", parent="r004")
+    b.result("r005", 941.0)
+    b.gate("r004")
+    ranked = rank(b)
+    base, fast = ranked.baseline, ranked.recipe_of("r004")
+    xb = [math.log(run.tokens) for run in base.rankable]
+    xc = [math.log(run.tokens) for run in fast.rankable]
+    d = sum(xc) / 2 - sum(xb) / 3
+    ss = sum((x - sum(xb) / 3) ** 2 for x in xb) + sum((x - sum(xc) / 2) ** 2 for x in xc)
+    sd = math.sqrt(ss / 3)
+    half = stats.t_quantile(0.975, 3) * sd * math.sqrt(1 / 2 + 1 / 3)
+    gain = ranked.compare(fast)
+    assert gain.estimate == pytest.approx(math.expm1(d)) and gain.df == 3 and gain.sd == pytest.approx(sd)
+    assert (gain.low, gain.high) == (pytest.approx(math.expm1(d - half)), pytest.approx(math.expm1(d + half)))
+    assert fast.score == pytest.approx(math.exp(sum(xc) / 2))  # the geometric mean
+    assert gain.wins == (d > stats.t_quantile(1 - 0.01 * 6 / math.pi ** 2, 3) * sd * math.sqrt(1 / 2 + 1 / 3))
+    assert ranking_mod.gain_text(gain).startswith("%+.2f%% (95%% CI %+.2f%% to %+.2f%%; 2 vs 3 runs)" % (
+        100 * gain.estimate, 100 * gain.low, 100 * gain.high))
+
+
+def test_a_noisy_candidate_widens_only_its_own_test(tmp_path):
+    b = Builder(tmp_path)
+    for index, step in enumerate((1000.0, 1006.0, 997.0), start=1):
+        b.launch("r%03d" % index, "baseline" if index == 1 else "repeat", "base", parent=None if index == 1 else "r001")
+        b.result("r%03d" % index, step)
+    before = rank(b)
+    b.launch("r004", "candidate", "noisy", parent="r001")
+    b.result("r004", 800.0)
+    b.launch("r005", "confirm", "noisy", parent="r004")
+    b.result("r005", 1000.0)
+    b.gate("r004")
+    b.launch("r006", "candidate", "steady", parent="r001")
+    b.result("r006", 960.0)
+    b.launch("r007", "confirm", "steady", parent="r006")
+    b.result("r007", 962.0)
+    b.gate("r006")
+    ranked = rank(b)
+    base, steady = ranked.baseline, ranked.recipe_of("r006")
+    # the baseline's and the leader's runs: the noisy candidate is not in it
+    assert ranked.noise_sd == pytest.approx(ranking_mod.pooled((base, steady))[0]) and ranked.noise_df == 3
+    assert before.noise_sd == pytest.approx(ranking_mod.pooled((base,))[0])
+    noisy, steady = ranked.compare(ranked.recipe_of("r004")), ranked.compare(ranked.recipe_of("r006"))
+    assert noisy.sd > 5 * steady.sd and noisy.need > steady.need
+    assert not noisy.wins and steady.wins and ranked.leader.first.run == "r006"
+
+
+def test_each_look_and_each_candidate_spends_part_of_the_rate(tmp_path):
+    b = Builder(tmp_path)
+    for index, step in enumerate((1000.0, 1008.0, 995.0), start=1):
+        b.launch("r%03d" % index, "baseline" if index == 1 else "repeat", "base", parent=None if index == 1 else "r001")
+        b.result("r%03d" % index, step)
+    b.launch("r004", "candidate", "x", parent="r001")
+    b.result("r004", 975.0)
+    b.launch("r005", "confirm", "x", parent="r004")
+    b.result("r005", 976.0)
+    b.gate("r004")
+    two = rank(b).compare(rank(b).recipe_of("r004"))
+    assert two.level == pytest.approx(0.01 * 6 / math.pi ** 2)
+    b.launch("r006", "repeat", "x", parent="r004")
+    b.result("r006", 975.5)
+    three = rank(b).compare(rank(b).recipe_of("r004"))
+    assert three.level == pytest.approx(two.level / 4)  # look 2 of a candidate: 6 / (pi^2 2^2) of its share
+    for index in range(7, 15):  # 8 more candidates tested: the rate is split 9 ways
+        b.launch("r%03d" % index, "candidate", "y%d" % index, parent="r001")
+        b.result("r%03d" % index, 1001.0)
+    ranked = rank(b)
+    assert ranked.tested == 9 and ranked.compare(ranked.recipe_of("r004")).level == pytest.approx(0.05 / 9 * 6 / math.pi ** 2 / 4)
+
+
+def test_a_close_candidate_is_repeated_before_it_is_judged(tmp_path):
+    b = Builder(tmp_path)
+    for index, step in enumerate((1000.0, 1010.0, 990.0), start=1):
+        b.launch("r%03d" % index, "baseline" if index == 1 else "repeat", "base", parent=None if index == 1 else "r001")
+        b.result("r%03d" % index, step)
+    b.launch("r004", "candidate", "close", parent="r001")
+    b.result("r004", 975.0)  # +2.6%: above the floor, below what 2 runs need at this noise
+    b.launch("r005", "confirm", "close", parent="r004")
+    b.result("r005", 977.0)
+    b.gate("r004")
+    ranked = rank(b)
+    gain = ranked.compare(ranked.recipe_of("r004"))
+    assert ranked.noise_floor < gain.estimate < gain.need and not gain.wins
+    assert ranked.run_status(ranked.run("r004")) == "ahead of leader, not conclusive"
+    assert any(item.startswith("repeat r004: +2.") and "--repeat-of r004" in item for item in ranked.pending)
 
 
 def test_leader_needs_band_gate_and_confirmation(tmp_path):
@@ -83,7 +189,7 @@ def test_gated_confirmed_candidate_leads_only_beyond_band(tmp_path):
     b.gate("r004")
     ranked = rank(b)
     assert ranked.leader is ranked.baseline
-    assert ranked.run_status(ranked.run("r004")) == "within band of leader"
+    assert ranked.run_status(ranked.run("r004")) == "within noise of leader"
     b.launch("r006", "candidate", "big", parent="r001")
     b.result("r006", 950.0)
     b.launch("r007", "confirm", "big", parent="r006")
@@ -222,14 +328,15 @@ def test_runs_launched_through_the_profiler_hook_are_never_scored(tmp_path):
         assert ranked.leader is ranked.baseline
 
 
-def test_a_noise_band_wider_than_a_lever_can_clear_is_pending(tmp_path):
+def test_noise_wider_than_a_lever_can_clear_is_pending(tmp_path):
     b = Builder(tmp_path / "c")
     for index, step in enumerate((1000.0, 1300.0, 1000.0), start=1):
         b.launch("r%03d" % index, "baseline" if index == 1 else "repeat", "base", parent=None if index == 1 else "r001")
         b.result("r%03d" % index, step)
     ranked = rank(b)
-    assert ranked.band_established and ranked.band == pytest.approx(0.3 / 1.3)
-    assert any(item.startswith("the noise band is ±11.54% (full range 23.08%)") for item in ranked.pending)
+    sd = _log_sd([run.tokens for run in ranked.baseline.rankable])
+    assert ranked.band_established and ranked.noise_sd == pytest.approx(sd) and sd > ranking_mod.NOISY_SD
+    assert any(item.startswith("the run-to-run sd is %.2f%%" % (100 * sd)) for item in ranked.pending)
     quiet = Builder(tmp_path / "q")
     quiet.baseline(3, 1000.0)
-    assert not any("noise band" in item for item in rank(quiet).pending)
+    assert not any("run-to-run sd" in item for item in rank(quiet).pending)

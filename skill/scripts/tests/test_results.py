@@ -165,30 +165,38 @@ def test_kept_ancestors_of_the_leader_are_marked_kept(tmp_path):
         "baseline", "kept (the leader builds on it)", "kept (the leader builds on it)", "leader", "leader"]
 
 
-def test_the_band_reads_the_same_in_rank_status_results_and_report(tmp_path, capsys):
+def test_the_band_and_the_gains_read_the_same_in_rank_status_results_and_report(tmp_path, capsys):
     b = _kept_campaign(tmp_path / "c")
     b.launch("r008", "repeat", "base", parent="r001")
-    b.result("r008", 1000.0 / 1.03)  # 3% faster: the baseline's range is now 3% of its median
+    b.result("r008", 1000.0 / 1.03)  # 3% faster: the baseline's runs now differ
     directory = str(b.campaign.dir)
     ranking = ranking_mod.build(b.campaign.ledger.rows())
-    expected = "±%.2f%% (full range %.2f%%)" % (ranking.band * 50, ranking.band * 100)
-    assert expected == ranking_mod.band_text(ranking.band) == "±1.50% (full range 3.00%)"
+    needs = ranking_mod.band_text(ranking.band)
+    assert needs == "%+.2f%% over the leader with 2 runs" % (ranking.band * 100)
+    gain = ranking_mod.gain_text(ranking.compare(ranking.leader))
+    assert gain.startswith("+") and "95% CI" in gain and "2 vs 4 runs" in gain
     capsys.readouterr()
     assert cli.main(["rank", "--campaign", directory, "--no-chart"]) == 0
-    assert "band: %s\n" % expected in capsys.readouterr().out
+    assert "band: %s\n" % needs in capsys.readouterr().out
     assert cli.main(["rank", "--campaign", directory, "--no-chart", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
-    assert (data["band_full_range"], data["band_half_width"]) == (pytest.approx(0.03), pytest.approx(0.015))
+    assert data["band"] == pytest.approx(ranking.band) and data["gain_vs_baseline"]["text"] == gain
     assert cli.main(["status", "--campaign", directory]) == 0
-    assert "band: %s, from 4 runs of r001 (baseline)" % expected in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "band: a candidate needs %s; %s" % (needs, ranking.band_basis) in out and "(%s vs baseline)" % gain in out
     assert cli.main(["status", "--campaign", directory, "--json"]) == 0
-    band = json.loads(capsys.readouterr().out)["band"]
-    assert (band["full_range"], band["half_width"], band["text"]) == (band["value"], band["value"] / 2, expected)
-    assert "| Noise band | %s, from 4 runs of r001 (baseline)" % expected in (b.campaign.dir / "RESULTS.md").read_text()
+    info = json.loads(capsys.readouterr().out)
+    assert info["band"]["text"] == needs and info["leader"]["gain_vs_baseline"]["text"] == gain
+    assert (info["leader"]["gain_vs_baseline"]["low"], info["leader"]["gain_vs_baseline"]["high"]) == (
+        pytest.approx(ranking.compare(ranking.leader).low), pytest.approx(ranking.compare(ranking.leader).high))
+    results = (b.campaign.dir / "RESULTS.md").read_text()
+    assert "| Leader test | a candidate needs %s" % needs in results and gain in results
     cli.main(["report", "--campaign", directory])
-    assert "the noise band %s, from 4 runs of r001 (baseline)" % expected in (b.campaign.dir / "REPORT.md").read_text()
-    for text in ((b.campaign.dir / "RESULTS.md").read_text(), (b.campaign.dir / "REPORT.md").read_text()):
-        assert "±3.00%" not in text  # the full range is never written as a ± half-width
+    assert "| Gain | %s, passes the leader test" % gain in (b.campaign.dir / "REPORT.md").read_text()
+    summary = json.loads((b.campaign.dir / "past_tuning_project.json").read_text())
+    assert summary["shipped"]["gain"]["text"] == gain
+    for text in (results, (b.campaign.dir / "REPORT.md").read_text()):
+        assert "±" not in text and "full range" not in text  # one notation: a gain and its interval
 
 
 def test_report_counts_simulated_runs_exactly(tmp_path):
