@@ -144,7 +144,7 @@ def decide(directory, settings):
     if state["stop_problem"]:
         lines.append("Your stop is not valid: %s." % state["stop_problem"])
     lines.append("To end early, record `attune stop --reason TEXT --evidence RUN...` (the runs considered and why "
-                 "nothing left can clear the noise band), then `attune report`.")
+                 "nothing left can pass the leader test), then `attune report`.")
     return False, " ".join(lines)
 
 

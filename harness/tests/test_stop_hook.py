@@ -85,7 +85,7 @@ def test_an_integrity_violation_lets_the_agent_stop_and_is_recorded(tmp_path):
     assert (directory / ".attune" / "integrity_violation.json").is_file()
 
 
-def test_the_leader_line_writes_the_band_as_every_page_does(tmp_path):
+def test_the_leader_line_writes_what_a_candidate_needs_as_every_page_does(tmp_path):
     from attune_core import cli
     from attune_core.ranking import band_text
 
@@ -94,4 +94,4 @@ def test_the_leader_line_writes_the_band_as_every_page_does(tmp_path):
     b.result("r003", 1000.0 / 1.03)  # the baseline's range: 3% of its median
     assert cli.main(["rank", "--campaign", str(b.campaign.dir), "--no-chart"]) == 0  # writes the leader row
     band = [row for row in b.campaign.ledger.rows() if row["kind"] == "leader"][-1]["band"]
-    assert "(band %s)." % band_text(band) in run_hook(b.campaign.dir)["reason"]
+    assert "(a candidate needed %s)." % band_text(band) in run_hook(b.campaign.dir)["reason"]
