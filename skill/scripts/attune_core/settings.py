@@ -157,7 +157,7 @@ SPECS = (
     Spec("ATTUNE_SCORE_LAST_STEP", "score_last_step", "int", "19",
          "last iteration of the scoring window, inclusive", "19", group="measurement"),
     Spec("ATTUNE_NOISE_FLOOR", "noise_floor", "float", "0.01",
-         "smallest noise band, as a fraction (0.01 = 1%)", "0.01", group="measurement"),
+         "smallest gain that can lead, whatever the noise, as a fraction (0.01 = 1%)", "0.01", group="measurement"),
     Spec("ATTUNE_FALSE_WIN_RATE", "false_win_rate", "float", "0.05",
          "the most often a campaign may crown a change that does nothing (0.05 = 1 campaign in 20); split over the "
          "candidates it tests", "0.05", group="measurement"),

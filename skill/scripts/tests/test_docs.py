@@ -37,8 +37,9 @@ def test_rulebook_defaults_match_the_settings():
                                     spec["ATTUNE_SCORE_LAST_STEP"].default) in MEASUREMENT
     assert "`ATTUNE_NOISE_FLOOR` (default %s, 1%%)" % spec["ATTUNE_NOISE_FLOOR"].default in MEASUREMENT
     assert "(default %s, at least 2)" % spec["ATTUNE_BASELINE_REPEATS"].default in MEASUREMENT
+    assert "`ATTUNE_FALSE_WIN_RATE` (default %s)" % spec["ATTUNE_FALSE_WIN_RATE"].default in MEASUREMENT
     for name in ("ATTUNE_SCORE_FIRST_STEP", "ATTUNE_SCORE_LAST_STEP", "ATTUNE_NOISE_FLOOR",
-                 "ATTUNE_BASELINE_REPEATS", "AUTOTUNE_GPUH_BUDGET", "AUTOTUNE_BUDGET", "ATTUNE_GPU_HOUR_USD"):
+                 "ATTUNE_FALSE_WIN_RATE", "ATTUNE_BASELINE_REPEATS", "AUTOTUNE_GPUH_BUDGET", "AUTOTUNE_BUDGET", "ATTUNE_GPU_HOUR_USD"):
         assert name in MEASUREMENT, name
 
 
