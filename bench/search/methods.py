@@ -123,7 +123,7 @@ class PlannerDriver(object):
         self.actions = []
 
     # -------------------------------------------------------------- runs and ranking
-    def _launch(self, recipe: Recipe, purpose: str, parent=None, lever="") -> str:
+    def _launch(self, recipe: Recipe, purpose: str, parent=None, lever="", leave_out="") -> str:
         sha = _sha(recipe)
         self.recipes.setdefault(sha, recipe)
         run_id = "r%03d" % (len(self.runs) + 1)
@@ -131,7 +131,7 @@ class PlannerDriver(object):
         score = result.score if result.ok else not_rankable("run failed: %s" % result.failure)
         self.runs[run_id] = ranking_mod.RunView(
             run=run_id, purpose=purpose, recipe=sha, launch_ts="%06d" % len(self.runs), gpus=self.ev.gpus,
-            backend="simulated", parent=parent, lever=lever, simulated=True,
+            backend="simulated", parent=parent, lever=lever, leave_out=leave_out, simulated=True,
             status="finished" if result.ok else "failed",
             failure=None if result.ok else {"class": result.failure}, score=score)
         self.order[run_id] = len(self.runs)
@@ -154,14 +154,23 @@ class PlannerDriver(object):
         return self._projected[sha]
 
     # -------------------------------------------------------------- state, as agent.py builds it
-    def _pending(self, rank) -> set:
-        """Recipes (sha) the ranking lists as winners to gate or confirm (``ranking._pending``)."""
-        lead = rank.leader.score if rank.leader else None
-        if not rank.band_established or not lead:
-            return set()
-        return {r.sha for r in rank.recipes.values()
-                if not r.is_baseline and r is not rank.leader and r.gate != "fail" and r.score is not None
-                and r.score > lead * (1 + rank.band)}
+    def _pending(self, rank) -> dict:
+        """``{recipe sha: the run to repeat or None}`` for the recipes the ranking lists as winners to gate or
+        confirm, or as ahead of the leader but not conclusive (``ranking._pending``: ``repeat`` the recipe with
+        fewer runs, up to ``ranking.MAX_RUNS``)."""
+        lead = rank.leader
+        if not rank.band_established or lead is None:
+            return {}
+        out = {}
+        for r in rank.recipes.values():
+            if r.is_baseline or r is lead or r.gate == "fail" or r.score is None:
+                continue
+            _gain, verdict = rank.ahead(r, lead)
+            if verdict == "wins":
+                out[r.sha] = None
+            elif verdict == "ahead" and len(r.rankable) >= 2 and r.n < ranking_mod.MAX_RUNS:
+                out[r.sha] = lead.first.run if lead.n < r.n else r.first.run
+        return out
 
     def tried(self, rank) -> list:
         pending = self._pending(rank)
@@ -184,7 +193,8 @@ class PlannerDriver(object):
             out.append(policy.Tried(lever=run.lever, alternative=self.name[run_id], parent=run.parent, run=run_id,
                                     verdict=verdict, gain=gain, predicted_gain=predicted, failure=failure,
                                     gate=recipe.gate, confirmed=bool(confirms), retried=retried,
-                                    loo=run_id in self.loo, order=self.order[run_id]))
+                                    loo=run_id in self.loo, order=self.order[run_id],
+                                    repeat_of=pending.get(run.recipe)))
         return out
 
     def run_cost(self, rank) -> float:
@@ -271,7 +281,8 @@ class PlannerDriver(object):
                 if _sha(child) in self.recipes:  # agent.py: never the same recipe twice
                     self.excluded[alt.key] = "the same recipe ran already"
                     continue
-                run_id = self._launch(child, "candidate", parent=state.leader, lever=alt.lever)
+                run_id = self._launch(child, "candidate", parent=state.leader, lever=alt.lever,
+                                      leave_out=action.change.run if action.kind == "leave_one_out" else "")
                 self.name[run_id] = alt.name
                 if action.kind == "leave_one_out":
                     self.loo.add(run_id)
@@ -282,6 +293,9 @@ class PlannerDriver(object):
             elif action.kind == "confirm":
                 first = self.runs[action.run]
                 self._launch(self.recipes[first.recipe], "confirm", parent=action.run, lever=first.lever)
+            elif action.kind == "repeat":
+                first = self.runs[action.run]
+                self._launch(self.recipes[first.recipe], "repeat", parent=action.run, lever=first.lever)
             elif action.kind == "retry":
                 first = self.runs[action.run]
                 self._launch(self.recipes[first.recipe], "repeat", parent=action.run, lever=first.lever)

@@ -69,6 +69,38 @@ def _parent(campaign: Campaign, settings, parent: str) -> Recipe:
     return Recipe.load(path).require_gpus()
 
 
+def _record(campaign: Campaign, run: str) -> Optional[dict]:
+    path = campaign.run_dir(run) / "candidate.json"
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def leave_out(campaign: Campaign, settings, parent: str, kept: str) -> list:
+    """The change that removes from ``parent``'s recipe the change candidate run ``kept`` made to its own parent
+    (a leave-one-out): the settings ``kept`` touched, set back to what its parent had. ``kept`` must be on
+    ``parent``'s lineage (``parent`` itself or one of its ancestors through ``candidate.json``)."""
+    record = _record(campaign, kept)
+    if record is None:
+        raise InputError("--leave-out %s: no candidate.json in %s. Fix: give the candidate run that introduced the "
+                         "change (REPORT.md's kept changes, RESULTS.md's rows with status kept)"
+                         % (kept, campaign.run_dir(kept)))
+    chain, at = [], parent
+    while at and at != "baseline" and at not in chain:
+        chain.append(at)
+        at = (_record(campaign, at) or {}).get("parent")
+    if kept not in chain:
+        raise InputError("--leave-out %s: it is not a change of %s's stack (its lineage: %s). Fix: give --parent the "
+                         "leader and --leave-out a change along its lineage"
+                         % (kept, parent, " <- ".join(chain + ["baseline"]) if parent != "baseline" else "baseline"))
+    before, after = _parent(campaign, settings, record["parent"]), _parent(campaign, settings, kept)
+    undo = diff(after, before)
+    if not undo:
+        raise InputError("--leave-out %s: its recipe is its parent's: nothing to leave out" % kept)
+    return undo
+
+
 def allocate_run(campaign: Campaign, prefix: str) -> tuple:
     """The next run id (prefix + r + number) and its new, empty directory (made atomically)."""
     runs = campaign.dir / RUNS
@@ -126,8 +158,10 @@ def describe_memory(projection: dict) -> str:
 
 
 def new(campaign: Campaign, settings, parent: str, changes: list, lever: str, hypothesis: str,
-        gpu: str = None, pod_hooks: list = None, force: bool = False) -> dict:
-    """Check and write a candidate; return its record. Nothing is written when a check fails."""
+        gpu: str = None, pod_hooks: list = None, force: bool = False, leave_out_of: str = None) -> dict:
+    """Check and write a candidate; return its record. Nothing is written when a check fails. With
+    ``leave_out_of`` (a candidate run on ``parent``'s lineage) the change is that run's, undone (``leave_out``),
+    and ``changes`` must be empty; the record says ``leave_out``."""
     if not lever or not lever.strip():
         raise InputError("--lever is empty: name the one lever this candidate tries (levers.md)")
     if not hypothesis or not hypothesis.strip():
@@ -138,6 +172,11 @@ def new(campaign: Campaign, settings, parent: str, changes: list, lever: str, hy
         lever = levers_mod.lever_name(lever, catalog, catalog_path)
     except ValueError as exc:
         raise InputError("--lever: %s" % exc)
+    if leave_out_of:
+        if changes:
+            raise InputError("--leave-out computes the change itself: give it without --set, --unset, --env or "
+                             "--unset-env")
+        changes = leave_out(campaign, settings, parent, leave_out_of)
     base = _parent(campaign, settings, parent)
     child = workload.enforce(base.apply(changes))
     change = diff(base, child)
@@ -162,6 +201,8 @@ def new(campaign: Campaign, settings, parent: str, changes: list, lever: str, hy
     record = {"run": run, "parent": parent, "change": change, "lever": lever.strip(),
               "hypothesis": hypothesis.strip(), "gpus": child.gpus(),
               "recipe_sha256": hashlib.sha256(text.encode("utf-8")).hexdigest()}
+    if leave_out_of:
+        record["leave_out"] = leave_out_of
     if pod_hooks:
         record["pod_hooks"] = pod_hooks
     record["gate_config"] = gate_config(baseline, child, settings)

@@ -286,11 +286,13 @@ def cmd_candidate(args) -> int:
     campaign = campaign_mod.Campaign(_dir(args))
     campaign.require_ledger()
     settings = campaign.settings(config_file=args.config)
-    changes = candidates.parse_changes(args.set or (), args.unset or (), args.env or (), args.unset_env or ())
+    given = (args.set or (), args.unset or (), args.env or (), args.unset_env or ())
+    changes = candidates.parse_changes(*given) if any(given) or not args.leave_out else []
     record = candidates.new(campaign, settings, args.parent, changes, args.lever, args.hypothesis, args.gpu,
-                            podhooks.parse(args.pod_hook), force=args.force)
+                            podhooks.parse(args.pod_hook), force=args.force, leave_out_of=args.leave_out)
     lines = ["run: %s" % record["run"], "recipe: %s" % (campaign.run_dir(record["run"]) / "recipe.yaml"),
              "parent: %s" % record["parent"], "lever: %s" % record["lever"], "gpus: %d" % record["gpus"]]
+    lines += ["leave_out: %s" % record["leave_out"]] if "leave_out" in record else []
     lines += ["change: %s" % results_mod.describe_change(item) for item in record["change"]]
     lines += ["pod_hook: %s" % podhooks.describe(hook) for hook in record.get("pod_hooks", ())]
     if "projection" in record:
@@ -713,6 +715,9 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("--unset", action="append", metavar="ARG", help="remove a Megatron argument")
             p.add_argument("--env", action="append", metavar="NAME=VALUE", help="set an environment variable")
             p.add_argument("--unset-env", action="append", metavar="NAME", help="remove an environment variable")
+            p.add_argument("--leave-out", metavar="RUN",
+                           help="the leave-one-out of RUN, a change on the parent's lineage: the settings it changed "
+                                "set back to what its parent had (instead of --set/--unset/--env/--unset-env)")
             p.add_argument("--lever", required=True, help="the one lever this candidate tries (levers.md)")
             p.add_argument("--hypothesis", required=True,
                            help="what the change should move (which bottleneck number) and by about how much")

@@ -52,6 +52,7 @@ class RunView:
     change: object = None
     hypothesis: str = ""
     lever: str = ""
+    leave_out: str = ""  # a leave-one-out candidate: the candidate run whose change it removes (measurement.md §5)
     simulated: bool = False
     cpu: bool = False  # a real program on a CPU (the ``cpu`` pod hook): a measurement, but not of a GPU
     expected_gpu_hours: Optional[float] = None
@@ -187,6 +188,7 @@ class Ranking:
     tested: int = 0  # candidate recipes with a rankable run and no failed gate: what the rate is split over
     noise_sd: Optional[float] = None  # pooled over the baseline and the leader
     noise_df: int = 0
+    dropped: tuple = ()  # (kept recipe sha, removal recipe sha): changes the leave-one-out left out of the leader
 
     @property
     def share(self) -> float:
@@ -220,7 +222,9 @@ class Ranking:
     @functools.cached_property
     def kept(self) -> frozenset:
         """``recipe_sha256`` of every recipe the leader builds on: its lineage without the baseline and itself."""
-        return frozenset(recipe.sha for recipe in self.lineage(self.leader)[:-1] if not recipe.is_baseline)
+        left_out = {kept for kept, _removal in self.dropped}
+        return frozenset(recipe.sha for recipe in self.lineage(self.leader)[:-1]
+                         if not recipe.is_baseline and recipe.sha not in left_out)
 
     def run(self, run_id: str) -> Optional[RunView]:
         return self.by_id.get(run_id)
@@ -241,15 +245,20 @@ class Ranking:
 
     def lineage(self, recipe: Optional[RecipeView]) -> list:
         """The recipes from the baseline to ``recipe`` through each first run's parent."""
-        chain = []
-        seen = set()
-        while recipe is not None and recipe.sha not in seen:
-            seen.add(recipe.sha)
-            chain.append(recipe)
-            if recipe.is_baseline:
-                break
-            recipe = self.recipe_of(recipe.first.parent)
-        return list(reversed(chain))
+        return _lineage(recipe, self.recipes, self.by_id)
+
+    def leave_outs(self, recipe: RecipeView) -> list:
+        """The leave-one-out candidates measured of ``recipe``'s kept change: ``[(removal, stack), ...]``, each
+        a recipe whose first run says ``leave_out`` of ``recipe``'s first run, with the stack it was removed
+        from (its parent's recipe, on the leader's lineage)."""
+        on = {r.sha for r in self.lineage(self.leader)}
+        out = []
+        for removal in self.recipes.values():
+            kept = self.recipe_of(removal.first.leave_out) if removal.first.leave_out else None
+            stack = self.recipe_of(removal.first.parent)
+            if kept is recipe and stack is not None and stack.sha in on:
+                out.append((removal, stack))
+        return sorted(out, key=lambda pair: (pair[0].first.launch_ts, pair[0].sha))
 
     def ahead(self, recipe: RecipeView, reference: Optional[RecipeView]) -> tuple:
         """``(gain, verdict)`` of ``recipe`` against ``reference`` in words: ``wins``, ``loses``, ``ahead`` (above
@@ -284,6 +293,9 @@ class Ranking:
             return "baseline"
         if recipe.sha in self.kept:
             return "kept (the leader builds on it)"
+        for kept, removal in self.dropped:
+            if recipe.sha == kept:
+                return "left out: the stack is as fast without it (leave-one-out %s)" % self.recipes[removal].first.run
         if recipe.gate == "fail":
             return "gate failed"
         if not self.band_established:
@@ -404,7 +416,7 @@ def merge(rows, window=(5, 19), scores=None, runs=None) -> tuple:
         runs[run_id] = RunView(
             run=run_id, purpose=row["purpose"], recipe=row["recipe_sha256"], launch_ts=row["ts"],
             gpus=row["gpus"], backend=row["backend"], parent=row.get("parent"), change=row.get("change"),
-            hypothesis=row.get("hypothesis", ""), lever=row.get("lever", ""),
+            hypothesis=row.get("hypothesis", ""), lever=row.get("lever", ""), leave_out=row.get("leave_out", ""),
             simulated=bool(row.get("simulated", False)), cpu=bool(row.get("cpu", False)),
             expected_gpu_hours=row.get("expected_gpu_hours"),
             recipe_path=row.get("recipe_path", ""),
@@ -457,6 +469,74 @@ def merge(rows, window=(5, 19), scores=None, runs=None) -> tuple:
         run.gate_reasons = tuple(sorted(set(run.gate_reasons).union(
             reason for row in gate_rows for reason in row.get("reasons", []))))
     return runs, by_kind["stop"], warnings
+
+
+def _lineage(recipe, recipes: dict, runs: dict) -> list:
+    chain = []
+    seen = set()
+    while recipe is not None and recipe.sha not in seen:
+        seen.add(recipe.sha)
+        chain.append(recipe)
+        if recipe.is_baseline:
+            break
+        parent = runs.get(recipe.first.parent) if recipe.first.parent else None
+        recipe = recipes.get(parent.recipe) if parent is not None else None
+    return list(reversed(chain))
+
+
+def _removals(recipes: dict, runs: dict) -> dict:
+    """``{stack sha: [(removal sha, kept sha), ...]}``: every leave-one-out candidate by the recipe it was
+    removed from (its parent's) and the recipe whose change it removes (its ``leave_out`` run's)."""
+    out = {}
+    for recipe in recipes.values():
+        first = recipe.first
+        kept, parent = runs.get(first.leave_out) if first.leave_out else None, runs.get(first.parent or "")
+        if kept is not None and parent is not None and not recipe.is_baseline:
+            out.setdefault(parent.recipe, []).append((recipe.sha, kept.recipe))
+    return out
+
+
+def _interval_low(base, stack, removal) -> Optional[float]:
+    """The low end of the 95% interval of ``stack``'s log gain over ``removal``; None without a repeat."""
+    sd, df = pooled((base, stack, removal))
+    if sd is None:
+        return None
+    d = stack.mean_log - removal.mean_log
+    return d - t_quantile(0.5 + INTERVAL / 2, df) * sd * math.sqrt(1.0 / stack.n + 1.0 / removal.n)
+
+
+def _leave_out(base, leader, removals: dict, stat_of, gate_passed, lineage_shas) -> tuple:
+    """The leave-one-out rule: while a gated leave-one-out candidate of the leader with 2 or more runs removes
+    one of the leader's kept changes and the leader's gain over it does not clear its 95% interval (the low end
+    at or below zero), the change is left out: that candidate leads (the fastest such, when several). Returns
+    the leader. (A removal faster than the stack by the leader test leads by the walk already.)"""
+    seen = {leader.sha}
+    while True:
+        on = lineage_shas(leader.sha)
+        best = None
+        for removal_sha, kept_sha in removals.get(leader.sha, ()):
+            removal = stat_of(removal_sha)
+            if kept_sha not in on or kept_sha == base.sha or removal is None or removal.n < 2 or \
+                    not gate_passed(removal_sha) or removal_sha in seen:
+                continue
+            low = _interval_low(base, leader, removal)
+            if low is not None and low <= 0 and (best is None or removal.mean_log > best[0].mean_log):
+                best = (removal, kept_sha)
+        if best is None:
+            return leader
+        seen.add(best[0].sha)
+        leader = best[0]
+
+
+def _dropped(lineage: list, runs: dict) -> tuple:
+    """``((kept sha, removal sha), ...)``: the changes on ``lineage`` that a later recipe of it left out."""
+    on = {recipe.sha for recipe in lineage}
+    out = []
+    for recipe in lineage:
+        kept = runs.get(recipe.first.leave_out) if recipe.first.leave_out else None
+        if kept is not None and kept.recipe in on and kept.recipe != recipe.sha:
+            out.append((kept.recipe, recipe.sha))
+    return tuple(out)
 
 
 def build(rows, window=(5, 19), noise_floor=0.01, baseline_repeats=3, scores=None, false_win_rate=0.05) -> Ranking:
@@ -544,6 +624,10 @@ def assemble(runs: dict, stops: list, warnings: list, noise_floor=0.01, baseline
         eligible = [r for r in recipes.values() if not r.is_baseline and r.gate == "pass" and r.n >= 2]
         leader = _walk(baseline, sorted(eligible, key=lambda r: (r.score, r.first.launch_ts, r.sha)), share,
                        noise_floor)[-1]
+        leader = _leave_out(baseline, leader, _removals(recipes, runs), recipes.get,
+                            lambda sha: recipes[sha].gate == "pass",
+                            lambda sha: {r.sha for r in _lineage(recipes[sha], recipes, runs)})
+    dropped = _dropped(_lineage(leader, recipes, runs), runs) if leader is not None else ()
     band, sd, df = _band(baseline, leader, share, noise_floor) if leader is not None else (noise_floor, None, 0)
     if sd is None:
         basis = "no repeat yet: the %.2f%% floor" % (noise_floor * 100)
@@ -557,7 +641,7 @@ def assemble(runs: dict, stops: list, warnings: list, noise_floor=0.01, baseline
                       band_basis=basis, band_established=established,
                       repeats_needed=max(0, baseline_repeats - have), stop=stop, warnings=warnings,
                       by_id=runs, noise_floor=noise_floor, baseline_repeats=baseline_repeats,
-                      false_win_rate=false_win_rate, tested=tested, noise_sd=sd, noise_df=df)
+                      false_win_rate=false_win_rate, tested=tested, noise_sd=sd, noise_df=df, dropped=dropped)
     ranking.pending = _pending(ranking)
     return ranking
 
@@ -576,6 +660,17 @@ def leader_history(ranking: Ranking) -> list:
     tested = set()
     base, chain, share = None, None, None
     entry_now = (None, floor, False)
+    removals = _removals(ranking.recipes, ranking.by_id)
+    lineages = {}
+
+    def lineage_shas(sha):
+        if sha not in lineages:
+            lineages[sha] = {r.sha for r in _lineage(ranking.recipes[sha], ranking.recipes, ranking.by_id)}
+        return lineages[sha]
+
+    def gate_passed(sha):
+        gates = verdicts.get(sha, ())
+        return "pass" in gates and "fail" not in gates
     out = []
     for run in ranking.runs:
         tokens, gate = run.tokens, run.gate
@@ -619,6 +714,8 @@ def leader_history(ranking: Ranking) -> list:
             chain = _walk(base, [stats[key[2]] for key in eligible], new_share, floor)
         share = new_share
         leader = chain[-1] if chain else None
+        if leader is not None and established and removals:
+            leader = _leave_out(base, leader, removals, stats.get, gate_passed, lineage_shas)
         band = _band(base, leader, share, floor)[0] if leader is not None else floor
         entry_now = (leader.score if leader is not None else None, band, established)
         out.append(entry_now)

@@ -107,7 +107,11 @@ def render(snapshot: Snapshot, checks: list, shipped: bool, payback: Optional[fl
                     evidence, tok(recipe.score), gain_text(ranking.compare(recipe, parent)) if parent else "n/a",
                     parent.first.run if parent else "?"),
                 "- gate: %s%s" % (recipe.gate or "not run",
-                                  " (%s)" % "; ".join(first.gate_reasons) if first.gate_reasons else ""), ""]
+                                  " (%s)" % "; ".join(first.gate_reasons) if first.gate_reasons else "")]
+        out += ["- left out of the shipped recipe by its leave-one-out %s" % ranking.recipes[removal].first.run
+                for kept, removal in ranking.dropped if kept == recipe.sha]
+        out.append("")
+    out += leave_one_out_lines(snapshot, lead)
     out += ["## Rejected levers", ""]
     kept = {recipe.sha for recipe in ranking.lineage(lead)} if lead is not None else set()
     rejected = [recipe for recipe in ranking.recipes.values() if recipe.sha not in kept]
@@ -141,6 +145,61 @@ def render(snapshot: Snapshot, checks: list, shipped: bool, payback: Optional[fl
                 out.append("Counting the agent's model cost at $%.2f per GPU-hour: %.1f hours." % (price, with_agent))
     out += ["", "## Caveats", ""] + ["- %s" % cell(text) for text in _caveats(snapshot, shipped)]
     return "\n".join(out) + "\n"
+
+
+def leave_one_out_lines(snapshot: Snapshot, lead) -> list:
+    """The ``## Leave-one-out`` section: each change of the shipped stack, removed and measured (measurement.md
+    §5), or why it was not."""
+    ranking = snapshot.ranking
+    out = ["## Leave-one-out", ""]
+    changes = [recipe for recipe in (ranking.lineage(lead)[1:] if lead is not None else [])
+               if not recipe.first.leave_out]
+    if not changes:
+        return out + ["None: no change to remove.", ""]
+    dropped = {kept: ranking.recipes[removal] for kept, removal in ranking.dropped}
+    budget = snapshot.budget
+    run_cost = lead.first.expected_gpu_hours if budget.kind == "gpu_hours" else 1.0
+    affordable = budget.left >= 2 * run_cost if run_cost else not budget.exhausted
+    out += ["Each change the shipped recipe holds, removed from its stack and measured; the stack's gain over the "
+            "recipe without it, with its 95% interval. A change whose removal does not lose beyond the interval "
+            "is left out of the shipped recipe.", "",
+            "| change | removal | the stack vs without it | verdict |", "|---|---|---|---|"]
+    for recipe in changes:
+        change = "%s (%s)" % (cell(describe_change(recipe.first.change)) or "?", recipe.first.run)
+        if recipe.sha in dropped:
+            removal = dropped[recipe.sha]
+            stack = ranking.recipe_of(removal.first.parent)
+            gain = ranking.compare(stack, removal)
+            out.append("| %s | %s (%d run(s)) | %s | left out of the shipped recipe: as fast without it |" % (
+                change, removal.first.run, removal.n, gain_text(gain)))
+            continue
+        measured = ranking.leave_outs(recipe)
+        if measured:
+            removal, stack = max(measured, key=lambda pair: (pair[0].n, pair[0].first.launch_ts))
+            gain = ranking.compare(stack, removal)
+            if gain is not None and gain.low is not None and gain.low > 0:
+                verdict = "pulls its weight"
+            elif removal.n < 2 or removal.gate != "pass":
+                verdict = "not conclusive: the removal needs %s" % " and ".join(
+                    part for part, missing in (("a confirmation", removal.n < 2), ("a passing gate",
+                                                                                   removal.gate != "pass")) if missing)
+            else:
+                verdict = "within its interval against %s, not the shipped stack: measure it again" % stack.first.run
+            out.append("| %s | %s (%d run(s)) | %s | %s |" % (change, removal.first.run, removal.n, gain_text(gain),
+                                                              verdict))
+        elif recipe is lead:
+            parent = ranking.recipe_of(recipe.first.parent)
+            gain = ranking.compare(recipe, parent) if parent is not None else None
+            out.append("| %s | its parent %s (%d run(s)) | %s | %s |" % (
+                change, parent.first.run if parent else "?", parent.n if parent else 0, gain_text(gain),
+                "pulls its weight (the leader test)" if gain is not None and gain.wins else
+                "not conclusive against its parent"))
+        else:
+            out.append("| %s | not measured | n/a | %s |" % (
+                change, "not measured: the budget left (%.2f %s) cannot pay for its 2 runs" % (
+                    max(0.0, budget.left), budget.unit) if not affordable else
+                "not measured: `candidate new --parent %s --leave-out %s`" % (lead.first.run, recipe.first.run)))
+    return out + [""]
 
 
 def _recipe_text(recipe) -> str:

@@ -153,7 +153,8 @@ def launch(campaign: Campaign, settings, run: str = None, baseline: bool = False
         submitted = submitted.apply([{"op": "set", "env": "ATTUNE_ROWS_PATH", "value": settings.rows_path},
                                      {"op": "set", "env": "ATTUNE_ROWS_SHA256", "value": rows}])
     for key, value in (("parent", parent), ("change", record.get("change")), ("lever", record.get("lever")),
-                       ("hypothesis", record.get("hypothesis")), ("expected_gpu_hours", expected_gpu_hours),
+                       ("hypothesis", record.get("hypothesis")), ("leave_out", record.get("leave_out")),
+                       ("expected_gpu_hours", expected_gpu_hours),
                        ("pod_hooks", hooks or None), ("rows_sha256", rows), ("projection", projection)):
         if value is not None:
             payload[key] = value

@@ -28,7 +28,7 @@ LEDGER_KINDS = {
     "launch": (
         {"run": "str", "purpose": "enum:" + "|".join(LAUNCH_PURPOSES), "recipe_sha256": "str",
          "gpus": "int", "backend": "str"},
-        {"parent": "str?", "change": "any", "hypothesis": "str", "lever": "str",
+        {"parent": "str?", "change": "any", "hypothesis": "str", "lever": "str", "leave_out": "str",
          "expected_gpu_hours": "number", "recipe_path": "str", "simulated": "bool",
          "cpu": "bool", "pod_hooks": "list", "rows_sha256": "str", "projection": "object"},
     ),

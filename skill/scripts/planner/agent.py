@@ -54,8 +54,9 @@ POLL_S = {"local": 0.1, "kuberay": 90.0}  # a local (simulated) run lasts second
 HANG_AFTER_S = 900.0
 MAX_STEPS = 1000  # actions per session: a guard against a loop that makes no progress
 LOO_PREFIX = "Leave-one-out of "
+REPEAT_RE = re.compile(r"^repeat (\S+): .* launch --repeat-of (\S+),")
 # a lesson as ``lesson --json`` prints it (``- **Verdict**: kept``) or as its ledger note keeps it (``Verdict: kept``)
-RESULT_RE = re.compile(r"Result(?:\*\*)?:\s*([+-]?\d+(?:\.\d+)?)% tokens/s/GPU vs parent")
+RESULT_RE = re.compile(r"Result(?:\*\*)?:\s*([+-]?\d+(?:\.\d+)?)%(?: \([^)]*\))? tokens/s/GPU vs parent")
 VERDICT_RE = re.compile(r"Verdict(?:\*\*)?:\s*(kept|rejected|hurt)")
 
 
@@ -393,11 +394,14 @@ class Planner(object):
         by_sha = {}
         for run, row in sorted(launches.items(), key=lambda item: item[1]["seq"]):
             by_sha.setdefault(row["recipe_sha256"], []).append(run)
-        pending = {}
+        pending, repeats = {}, {}
         for line in status.get("pending", ()):
-            match = re.match(r"^(confirm|gate) (\S+):", line)
+            match = re.match(r"^(confirm|gate|repeat) (\S+):", line)
             if match:
                 pending.setdefault(match.group(2), set()).add(match.group(1))
+            again = REPEAT_RE.match(line)
+            if again:
+                repeats[again.group(1)] = again.group(2)
         first_base = min((r for r in launches.values() if r["purpose"] == "baseline"), key=lambda r: r["seq"],
                          default=None)
         baseline_runs = tuple(by_sha.get(first_base["recipe_sha256"], ())) if first_base else ()
@@ -440,7 +444,7 @@ class Planner(object):
             tried.append(policy.Tried(lever=row.get("lever", ""), alternative=name, parent=parent, run=run,
                                       verdict=verdict, gain=gain, predicted_gain=predicted, failure=failure,
                                       gate=gate, confirmed=any(r in results for r in confirms), retried=retried,
-                                      loo=loo, order=row["seq"]))
+                                      loo=loo, order=row["seq"], repeat_of=repeats.get(run)))
         return {"tried": tried, "launches": launches, "baseline_runs": baseline_runs,
                 "baseline_failures": baseline_failures}
 
@@ -627,6 +631,9 @@ class Planner(object):
         elif action.kind == "confirm":
             run = self.launch("--repeat-of", action.run, "--confirm", status=status)
             self.follow(run)
+        elif action.kind == "repeat":  # the ranking asks for one more run of a close comparison
+            run = self.launch("--repeat-of", action.run, status=status)
+            self.follow(run)
         elif action.kind == "retry":
             run = self.launch("--repeat-of", action.run, status=status)
             self.follow(run)
@@ -660,7 +667,9 @@ class Planner(object):
                     run = self.launch(record["run"], status=status)
                     self.follow(run)
                     return
-        code, data, _out, err = self.verb("candidate", "new", "--parent", leader, *alt.argv(), "--lever", alt.lever,
+        # a leave-one-out is written by the verb from the change's own run, so the ranking knows what it removes
+        change = ("--leave-out", action.change.run) if action.kind == "leave_one_out" else alt.argv()
+        code, data, _out, err = self.verb("candidate", "new", "--parent", leader, *change, "--lever", alt.lever,
                                           "--hypothesis", action.hypothesis, *self.gpu_args(), "--json")
         if code != 0:
             why = (err.strip().splitlines() or ["exit %d" % code])[-1]

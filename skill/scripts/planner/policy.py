@@ -94,6 +94,7 @@ class Tried:
     retried: bool = False  # a rerun of a failed run was launched
     loo: bool = False  # a leave-one-out candidate
     order: int = 0  # when it was tried (larger: later)
+    repeat_of: Optional[str] = None  # ahead of the leader, not conclusive: the run the ranking asks to repeat
 
 
 @dataclasses.dataclass(frozen=True)
@@ -184,7 +185,7 @@ class Action:
     def as_tuple(self) -> tuple:
         if self.kind == "candidate":
             return ("candidate", self.lever, self.alternative, self.hypothesis)
-        if self.kind in ("confirm", "gate", "retry"):
+        if self.kind in ("confirm", "gate", "retry", "repeat"):
             return (self.kind, self.run)
         if self.kind == "leave_one_out":
             return ("leave_one_out", self.change)
@@ -447,29 +448,12 @@ def hypothesis(state: State, opt: Option) -> str:
     return "; ".join(parts)
 
 
-def _loo_loss(state: State, change: Change) -> Optional[float]:
-    """The removal's predicted gain against the leader (negative: a loss), when both are projected."""
-    lead, pred = state.leader_prediction, change.predicted
-    if lead is None or not lead.ok or pred is None or not pred.ok or lead.tokens_per_s_per_gpu <= 0:
-        return None
-    return pred.tokens_per_s_per_gpu / lead.tokens_per_s_per_gpu - 1
-
-
-def _loo_pointless(state: State, change: Change) -> bool:
-    """A removal the projection predicts to lose far more than the band: P(the stack without it stays within
-    the band, true gain > -band) below ``min_probability`` under the projection's error. The change's own
-    gain is already evidenced by the lineage's measurements; a run would only confirm the loss."""
-    loss = _loo_loss(state, change)
-    return loss is not None and probability_above(loss, -state.band, error_sd(state)) < state.config.min_probability
-
-
 def _loo_todo(state: State) -> List[Change]:
     if len(state.lineage) < 2:
         return []
     done = {(t.lever, t.alternative) for t in state.tried if t.loo and t.parent == state.leader}
     return [change for change in state.lineage[:-1]
-            if change.undo is not None and change.undo.key not in done and change.undo.key not in state.excluded
-            and not _loo_pointless(state, change)]
+            if change.undo is not None and change.undo.key not in done and change.undo.key not in state.excluded]
 
 
 def _loo_cost(state: State, change: Change) -> float:
@@ -520,6 +504,10 @@ def propose(state: State) -> Action:
         if tried.gate == "pass" and not tried.confirmed and left >= 1:
             return Action("confirm", run=tried.run, lever=tried.lever,
                           why="%s beats the leader and passed the gate: its paired confirmation" % tried.run)
+        if tried.gate == "pass" and tried.confirmed and tried.repeat_of and left >= 1:
+            return Action("repeat", run=tried.repeat_of, lever=tried.lever,
+                          why="%s is ahead of the leader, not conclusive: one more run of %s" % (tried.run,
+                                                                                           tried.repeat_of))
     for tried in sorted(state.tried, key=lambda t: t.order):
         if tried.verdict == "failed" and tried.failure in cfg.retry_classes and not tried.retried and left >= 2:
             return Action("retry", run=tried.run, lever=tried.lever,
@@ -555,16 +543,12 @@ def propose(state: State) -> Action:
     shares = diagnose(state.leader_prediction, state.leader_measured)
     top = ", ".join("%s %.1f%%" % (k, 100 * v) for k, v in shares.items()
                     if k not in ("compute", "memory_headroom") and v > 0)
-    skipped = [c.alternative for c in state.lineage[:-1] if c.undo is not None and _loo_pointless(state, c)]
     return _stop(state, "nothing left has a meaningful chance to clear the band, %s: every alternative of "
                  "the space was tried against leader %s, does not fit, or has P(gain > band) under %.0f%% with the "
-                 "projection's error (lognormal sd %.3f)%s%s%s" % (
+                 "projection's error (lognormal sd %.3f)%s%s" % (
                      band_text(state.band), state.leader, 100 * cfg.min_probability, error_sd(state),
                      "; remaining exposed shares: " + top if top else "",
-                     "; leave-one-out done" if len(state.lineage) >= 2 and len(skipped) < len(
-                         [c for c in state.lineage[:-1] if c.undo is not None]) else "",
-                     "; leave-one-out skipped, predicted to lose far more than the band: " + ", ".join(skipped)
-                     if skipped else ""))
+                     "; leave-one-out done" if len(state.lineage) >= 2 else ""))
 
 
 # ------------------------------------------------------------------------------------------ building a state

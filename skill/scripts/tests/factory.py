@@ -104,7 +104,7 @@ class Builder(object):
         self.campaign = campaign_mod.init(Path(directory), self.settings, campaign_id, ts=self.clock(), note=note)
 
     def launch(self, run, purpose, recipe, gpus=8, parent=None, change=None, hypothesis=None, lever=None,
-               expected_gpu_hours=0.25, write_recipe=True, simulated=None, pod_hooks=None, cpu=None):
+               expected_gpu_hours=0.25, write_recipe=True, simulated=None, pod_hooks=None, cpu=None, leave_out=None):
         text = "# recipe %s\nkind: RayJob\n" % recipe
         sha = hashlib.sha256(text.encode()).hexdigest()
         payload = {"run": run, "purpose": purpose, "recipe_sha256": sha, "gpus": gpus, "backend": "local",
@@ -123,6 +123,8 @@ class Builder(object):
             payload["pod_hooks"] = pod_hooks
         if cpu is not None:
             payload["cpu"] = cpu
+        if leave_out is not None:
+            payload["leave_out"] = leave_out
         if write_recipe:
             directory = self.campaign.run_dir(run)
             directory.mkdir(parents=True, exist_ok=True)

@@ -84,3 +84,32 @@ def test_a_candidate_says_what_the_gate_will_say_of_its_changes(campaign, capsys
     assert "gate_class: VENDOR_TUNING_KNOB numeric" in out
     assert "warning: the gate will fail this candidate, so it can never lead or ship: config: environment variable " \
            "VENDOR_TUNING_KNOB: unset -> 1 is numeric" in out
+
+
+def test_a_leave_one_out_undoes_one_kept_change_of_the_stack(campaign, capsys):
+    base = Recipe((campaign.dir / ".." / "baseline.yaml").read_text()).args()
+    assert new(campaign, "--parent", "baseline", "--set", "overlap-grad-reduce", "--lever", "overlap-grad-reduce",
+               "--hypothesis", "hide the DP all-reduce") == 0  # r001
+    assert new(campaign, "--parent", "alice-llama8b-r001", "--env", "NCCL_NVLS_ENABLE=1", "--lever", "nvls",
+               "--hypothesis", "NVLS all-reduce") == 0  # r002, on r001
+    capsys.readouterr()
+    assert new(campaign, "--parent", "alice-llama8b-r002", "--leave-out", "alice-llama8b-r001", "--lever",
+               "overlap-grad-reduce", "--hypothesis", "the stack loses the overlap's gain", "--json") == 0
+    record = json.loads(capsys.readouterr().out)
+    assert record["leave_out"] == "alice-llama8b-r001" and record["parent"] == "alice-llama8b-r002"
+    assert record["change"] == [{"op": "unset", "arg": "--overlap-grad-reduce"}]
+    made = Recipe((campaign.run_dir(record["run"]) / "recipe.yaml").read_text())
+    assert "--overlap-grad-reduce" not in made.args() and made.env()["NCCL_NVLS_ENABLE"] == "1"
+    assert "--overlap-grad-reduce" not in base
+    # refused: a run off the parent's lineage, a run without a candidate record, explicit changes beside it
+    assert new(campaign, "--parent", "alice-llama8b-r001", "--leave-out", "alice-llama8b-r002", "--lever", "nvls",
+               "--hypothesis", "x") == 2
+    assert "not a change of alice-llama8b-r001's stack" in capsys.readouterr().err
+    assert new(campaign, "--parent", "alice-llama8b-r002", "--leave-out", "alice-llama8b-r099", "--lever", "nvls",
+               "--hypothesis", "x") == 2
+    assert "no candidate.json" in capsys.readouterr().err
+    assert new(campaign, "--parent", "alice-llama8b-r002", "--leave-out", "alice-llama8b-r001", "--unset",
+               "overlap-grad-reduce", "--lever", "overlap-grad-reduce", "--hypothesis", "x") == 2
+    assert "without --set" in capsys.readouterr().err
+    assert sorted(p.name for p in (campaign.dir / "runs").iterdir()) == ["alice-llama8b-r001", "alice-llama8b-r002",
+                                                                        "alice-llama8b-r003"]

@@ -480,9 +480,10 @@ def test_every_flag_the_projection_parses_is_declared_as_read():
     assert "--ddp-bucket-size" not in config.READS and not config.READS_ENV
 
 
-def test_leave_one_out_skips_a_predicted_large_loss_and_is_priced_at_its_own_cost():
-    """(e) A removal the projection predicts to lose far more than the band is not run (the kept gain is already
-    measured); a removal is run only when the budget holds its own predicted cost (its projected step time)."""
+def test_leave_one_out_is_measured_whatever_the_prediction_and_is_priced_at_its_own_cost():
+    """(e) A removal is measured, never skipped on a predicted loss (a no-op kept in the stack would otherwise never
+    be checked); it is run only when the budget holds its own predicted cost (its projected step time), and a
+    budget that cannot hold it says so in the stop."""
     s0 = state()
     lead = s0.leader_prediction
     undo = space.Alternative("full-recompute", "undo:recompute=full/block/1", (("--set", "recompute-method=uniform"),))
@@ -498,10 +499,10 @@ def test_leave_one_out_skips_a_predicted_large_loss_and_is_priced_at_its_own_cos
     close = policy.propose(state(lineage=change(0.99, 1.01), budget_left=2))
     assert close.kind == "leave_one_out"
     far = policy.propose(state(lineage=change(0.14, 7.0), budget_left=20, tried=done))  # predicted -86%
-    assert far.kind == "stop" and "predicted to lose far more than the band" in far.reason
-    assert not policy._loo_todo(state(lineage=change(0.14, 7.0)))
-    # the reserve for it is not kept either: with 2 runs left a candidate still fits
-    assert policy.propose(state(lineage=change(0.14, 7.0), budget_left=2)).kind == "candidate"
+    assert far.kind == "leave_one_out" and far.change.run == "r004"
+    assert policy._loo_todo(state(lineage=change(0.14, 7.0)))
+    poor = policy.propose(state(lineage=change(0.14, 7.0), budget_left=2, tried=done))  # 7 runs' worth of step
+    assert poor.kind == "stop" and "the budget cannot hold the leave-one-out of recompute=full/block/1" in poor.reason
     assert policy.propose(state(lineage=change(0.99, 1.01), budget_left=2.5)).kind == "leave_one_out"
     # a removal predicted a little slower (inside the error) but twice the leader's step: it needs 2 runs' budget
     slow = change(0.97, 2.0)
@@ -570,3 +571,15 @@ def test_progress_lines_end_with_utc_elapsed_and_the_budgets_eta():
     spent = progress.fields(datetime.datetime(2026, 12, 1, tzinfo=datetime.timezone.utc), 5, None, None,
                             {"spent": 20, "limit": 20, "unit": "runs"}, 1.0)
     assert spent["eta"] == "0:00:00" and progress.duration(90061) == "25:01:01"
+
+
+def test_a_close_candidate_is_repeated_as_the_ranking_asks_before_anything_new():
+    """The ranking's ``repeat`` item (ahead of the leader, not conclusive) is done before exploring further; a gated,
+    confirmed candidate without one is left to its lesson."""
+    close = policy.Tried("overlap-grad-reduce", "overlap-grad-reduce=on", "r001", "r004", "beats", gate="pass",
+                         confirmed=True, order=4, repeat_of="r001")
+    action = policy.propose(state(tried=[close]))
+    assert (action.kind, action.run) == ("repeat", "r001") and action.as_tuple() == ("repeat", "r001")
+    assert policy.propose(state(tried=[close], budget_left=0.5)).kind != "repeat"  # no run left for it
+    done = dataclasses.replace(close, verdict="rejected", repeat_of=None)
+    assert policy.propose(state(tried=[done])).kind == "candidate"

@@ -340,3 +340,76 @@ def test_noise_wider_than_a_lever_can_clear_is_pending(tmp_path):
     quiet = Builder(tmp_path / "q")
     quiet.baseline(3, 1000.0)
     assert not any("run-to-run sd" in item for item in rank(quiet).pending)
+
+
+def _stack(b):
+    """A baseline of 3 noisy runs, change A (r004, ~10% faster) and on it change B (r006, ~6% faster again)."""
+    for index, step in enumerate((1000.0, 1010.0, 990.0), 1):
+        b.launch("r%03d" % index, "baseline" if index == 1 else "repeat", "base", parent=None if index == 1 else "r001")
+        b.result("r%03d" % index, step)
+    for run, confirm, recipe, parent, steps in (("r004", "r005", "A", "r001", (900.0, 905.0)),
+                                                ("r006", "r007", "A+B", "r004", (850.0, 853.0))):
+        b.launch(run, "candidate", recipe, parent=parent)
+        b.result(run, steps[0])
+        b.launch(confirm, "confirm", recipe, parent=run)
+        b.result(confirm, steps[1])
+        b.gate(run)
+
+
+def _removal(b, run, steps, verdict="pass"):
+    b.launch(run, "candidate", "A+B-A %s" % run, parent="r006", leave_out="r004")
+    for index, step in enumerate(steps):
+        if index:
+            b.launch("%s-%d" % (run, index), "confirm", "A+B-A %s" % run, parent=run)
+        b.result(run if not index else "%s-%d" % (run, index), step)
+    if verdict:
+        b.gate(run, verdict)
+
+
+@pytest.mark.parametrize("steps", [(850.0, 851.0),  # a little faster, within r006's interval: the leave-one-out rule
+                                   (853.0, 854.0)])  # a little slower: the walk takes it (past A) before r006
+def test_a_kept_change_whose_removal_is_as_fast_is_left_out(tmp_path, steps):
+    b = Builder(tmp_path)
+    _stack(b)
+    ranked = rank(b)
+    assert ranked.leader.first.run == "r006" and not ranked.dropped
+    _removal(b, "r008", steps)  # the stack without A: as fast, within its interval
+    ranked = rank(b)
+    assert ranked.leader.first.run == "r008"
+    assert ranked.dropped == ((ranked.recipe_of("r004").sha, ranked.recipe_of("r008").sha),)
+    assert ranked.run_status(ranked.run("r004")) == \
+        "left out: the stack is as fast without it (leave-one-out r008)"
+    assert ranked.recipe_of("r004").sha not in ranked.kept and ranked.recipe_of("r006").sha in ranked.kept
+    gain = ranked.compare(ranked.recipe_of("r006"), ranked.recipe_of("r008"))
+    assert gain.low <= 0
+    assert [(removal.first.run, stack.first.run) for removal, stack in ranked.leave_outs(ranked.recipe_of("r004"))] \
+        == [("r008", "r006")]
+    assert ranking_mod.leader_history(ranked)[-1][0] == pytest.approx(ranked.leader.score)
+
+
+@pytest.mark.parametrize("steps, verdict", [((950.0, 952.0), "pass"),  # A pulls its weight: the removal is slower
+                                            ((851.0,), "pass"),  # one run: not yet measured enough
+                                            ((851.0, 852.0), "fail"),  # the gate failed it
+                                            ((851.0, 852.0), None)])  # not gated
+def test_a_removal_that_loses_or_is_not_eligible_leaves_the_change_in(tmp_path, steps, verdict):
+    b = Builder(tmp_path)
+    _stack(b)
+    _removal(b, "r008", steps, verdict)
+    ranked = rank(b)
+    assert ranked.leader.first.run == "r006" and not ranked.dropped
+    assert ranked.recipe_of("r004").sha in ranked.kept
+    assert ranking_mod.leader_history(ranked)[-1][0] == pytest.approx(ranked.leader.score)
+
+
+def test_a_removal_of_a_change_off_the_lineage_is_an_ordinary_candidate(tmp_path):
+    b = Builder(tmp_path)
+    _stack(b)
+    b.launch("r008", "candidate", "C", parent="r001")
+    b.result("r008", 990.0)
+    b.launch("r009", "candidate", "A+B-C", parent="r006", leave_out="r008")  # r008 is not on r006's lineage
+    b.result("r009", 849.0)  # a little faster than r006, within its interval: r006 stays, r008 is no change of it
+    b.launch("r010", "confirm", "A+B-C", parent="r009")
+    b.result("r010", 850.0)
+    b.gate("r009")
+    ranked = rank(b)
+    assert ranked.leader.first.run == "r006" and not ranked.dropped

@@ -219,3 +219,53 @@ def test_hypotheses_are_one_line_in_the_table_and_whole_elsewhere(tmp_path):
     assert cut.endswith("…") and len(cut) <= 80 and long.split()[0:5] == cut.split()[0:5] and "\n" not in cut
     assert "its full text is in `runs/<run>/candidate.json`" in text
     assert one_line("short text") == "short text" and one_line("a " * 60).endswith("…")
+
+
+def _section(text, title):
+    return text.split("## %s\n" % title, 1)[1].split("\n## ", 1)[0]
+
+
+def test_the_report_shows_each_kept_change_removed_and_measured(tmp_path):
+    b = _kept_campaign(tmp_path / "c")  # leader r006 (--b) on r004 (--a); no noise yet: add some
+    b.launch("r008", "repeat", "base", parent="r001")
+    b.result("r008", 1010.0)
+    directory = str(b.campaign.dir)
+    cli.main(["report", "--campaign", directory])
+    section = _section((b.campaign.dir / "REPORT.md").read_text(), "Leave-one-out")
+    assert "| set --a (r004) | not measured | n/a | not measured: `candidate new --parent r006 --leave-out r004` |" \
+        in section
+    assert "| set --b (r006) | its parent r004 (2 run(s)) |" in section and "pulls its weight (the leader test)" in section
+    # the removal of --a, measured: clearly slower, so --a pulls its weight
+    b.launch("r009", "candidate", "ab-a", parent="r006", change=[{"op": "unset", "arg": "--a"}], lever="a",
+             leave_out="r004")
+    b.result("r009", 880.0)
+    b.launch("r010", "confirm", "ab-a", parent="r009")
+    b.result("r010", 885.0)
+    b.gate("r009")
+    cli.main(["report", "--campaign", directory])
+    text = (b.campaign.dir / "REPORT.md").read_text()
+    ranking = ranking_mod.build(b.campaign.ledger.rows())
+    gain = ranking_mod.gain_text(ranking.compare(ranking.recipe_of("r006"), ranking.recipe_of("r009")))
+    assert "| set --a (r004) | r009 (2 run(s)) | %s | pulls its weight |" % gain in _section(text, "Leave-one-out")
+    assert ranking.leader.first.run == "r006"
+
+
+def test_a_change_the_stack_does_not_need_is_left_out_of_the_shipped_recipe(tmp_path):
+    b = _kept_campaign(tmp_path / "c")
+    b.launch("r008", "repeat", "base", parent="r001")
+    b.result("r008", 1010.0)
+    b.launch("r009", "candidate", "ab-a", parent="r006", change=[{"op": "unset", "arg": "--a"}], lever="a",
+             leave_out="r004")
+    b.result("r009", 799.0)  # as fast without --a
+    b.launch("r010", "confirm", "ab-a", parent="r009")
+    b.result("r010", 801.0)
+    b.gate("r009")
+    directory = str(b.campaign.dir)
+    assert cli.main(["report", "--campaign", directory]) == 0
+    text = (b.campaign.dir / "REPORT.md").read_text()
+    assert "**Shipped**: `recipe.yaml` is the recipe of run r009." in text
+    assert "left out of the shipped recipe: as fast without it" in _section(text, "Leave-one-out")
+    assert "- left out of the shipped recipe by its leave-one-out r009" in _section(text, "Kept changes")
+    assert cli.main(["rank", "--campaign", directory, "--no-chart"]) == 0
+    results = (b.campaign.dir / "RESULTS.md").read_text()
+    assert _status_column(results, "r004") == "left out: the stack is as fast without it (leave-one-out r009)"
