@@ -566,13 +566,13 @@ class Planner(object):
             name = tried.alternative[len("undo:"):]
             advice = {"kept": "removing %s from the final stack was faster: the stack is better without it" % name,
                       "hurt": "removing %s from the final stack cost throughput: it pulls its weight there" % name,
-                      "rejected": "removing %s stayed inside the band: it does not pull its weight in the final "
-                                  "stack" % name}[verdict]
+                      "rejected": "removing %s did not lose beyond its interval: it does not pull its weight in "
+                                  "the final stack" % name}[verdict]
             return "%s on %s: leave-one-out against %s (%s); %s" % (layout, hardware, tried.parent, predicted, advice)
-        advice = {"kept": "it beat its parent beyond the band and passed the gate: keep it, and try it early on a "
+        advice = {"kept": "it passed the leader test against its parent and the gate: keep it, and try it early on a "
                           "similar model and cluster",
-                  "hurt": "it was slower beyond the band or failed: avoid it at this layout",
-                  "rejected": "it stayed inside the band (or failed the gate): spend no run on it at this layout "
+                  "hurt": "its parent beat it by the leader test, or it failed: avoid it at this layout",
+                  "rejected": "it was not conclusive (or failed the gate): spend no run on it at this layout "
                               "unless the bottleneck it addresses grows"}[verdict]
         text = "%s on %s: %s against %s (%s); %s" % (layout, hardware, tried.alternative, tried.parent, predicted,
                                                      advice)

@@ -439,7 +439,7 @@ def hypothesis(state: State, opt: Option) -> str:
     else:
         parts.append("no projection for this recipe: untested lever from the catalog; expect a change beyond the "
                      "band or a rejection")
-    parts.append("band %s" % band_text(state.band))
+    parts.append("a candidate needs %s" % band_text(state.band))
     if top is not None:
         parts.append("top bottleneck %s %.1f%% of the step" % (top[0], 100 * top[1]))
     if opt.retest_of is not None:
@@ -487,11 +487,11 @@ def propose(state: State) -> Action:
             return _stop(state, "the baseline failed %d times: it cannot be measured, so nothing can be compared"
                          % state.baseline_failures)
         if left < 1:
-            return _stop(state, "the budget cannot hold another baseline run; the noise band is not established")
-        return Action("repeat_baseline", why="%d more baseline run(s) for the noise band"
+            return _stop(state, "the budget cannot hold another baseline run; the run-to-run noise is not measured")
+        return Action("repeat_baseline", why="%d more baseline run(s) to measure the noise"
                       % max(1, state.baseline_runs_needed))
     if state.band > cfg.unusable_band:
-        return _stop(state, "the noise band is %s, its full range over %.0f%%: the measurement, not the recipe, is "
+        return _stop(state, "a candidate needs %s, over %.0f%%: the measurement, not the recipe, is "
                      "the bottleneck; no change can be told from a rerun" % (band_text(state.band),
                                                                               100 * cfg.unusable_band))
     # 2. winners: gate, then confirm; transient failures: one rerun
@@ -528,8 +528,8 @@ def propose(state: State) -> Action:
         change = todo[0]
         gain = "%s" % _pct(change.gain) if change.gain is not None else "its measured gain"
         text = ("Leave-one-out of %s (%s, run %s): remove it from the final stack; hypothesis: the stack loses about "
-                "%s tokens/s/GPU; a loss within the band, %s, means it does not pull its weight here" % (
-                    change.alternative, change.lever, change.run, gain, band_text(state.band)))
+                "%s tokens/s/GPU; a loss that does not clear its 95%% interval means it does not pull its weight here"
+                % (change.alternative, change.lever, change.run, gain))
         return Action("leave_one_out", lever=change.lever, alternative=change.undo, change=change, hypothesis=text,
                       why="leave-one-out of %s" % change.alternative)
     # 5. stop
@@ -543,7 +543,7 @@ def propose(state: State) -> Action:
     shares = diagnose(state.leader_prediction, state.leader_measured)
     top = ", ".join("%s %.1f%%" % (k, 100 * v) for k, v in shares.items()
                     if k not in ("compute", "memory_headroom") and v > 0)
-    return _stop(state, "nothing left has a meaningful chance to clear the band, %s: every alternative of "
+    return _stop(state, "nothing left has a meaningful chance to pass the leader test (a candidate needs %s): every alternative of "
                  "the space was tried against leader %s, does not fit, or has P(gain > band) under %.0f%% with the "
                  "projection's error (lognormal sd %.3f)%s%s" % (
                      band_text(state.band), state.leader, 100 * cfg.min_probability, error_sd(state),

@@ -194,13 +194,14 @@ def test_the_baseline_comes_first_and_an_unusable_band_stops():
     stop = policy.propose(policy.State(leader=None, baseline_failures=2, baseline_runs=("r001", "r002")))
     assert stop.kind == "stop" and "failed 2 times" in stop.reason and stop.evidence
     unusable = policy.propose(state(band=0.30))
-    assert unusable.kind == "stop" and "noise band" in unusable.reason
+    assert unusable.kind == "stop" and "the measurement, not the recipe" in unusable.reason
     assert set(unusable.evidence) <= {"r001", "r002", "r003"}
     noisy = policy.propose(state(band=0.08))  # large levers can still clear it: the campaign goes on
     assert noisy.kind != "stop", noisy
     # ATTUNE_PLANNER_MAX_BAND widens what it goes on with (the real demo on a shared host: 0.5)
     wider = policy.propose(state(band=0.30, config=policy.Config(unusable_band=0.5)))
-    assert "noise band is" in unusable.reason and "noise band is" not in wider.reason, wider  # (it stops: no
+    assert "the measurement, not the recipe" in unusable.reason and "the measurement, not the recipe" not in \
+        wider.reason, wider  # (it stops: no
     # lever here is predicted to clear so wide a band, which is another reason)
     from attune_core import settings as settings_mod
     spec = next(spec for spec in settings_mod.SPECS if spec.env == "ATTUNE_PLANNER_MAX_BAND")
@@ -267,7 +268,7 @@ def test_the_budget_keeps_room_for_confirmation_and_leave_one_out_then_stops_wit
     everything = [policy.Tried(lever.id, alt.name, "r001", "r%03d" % (10 + n), "rejected", order=10 + n)
                   for n, (lever, alt) in enumerate((lever, alt) for lever in s.levers for alt in lever.alternatives)]
     final = policy.propose(state(tried=everything))
-    assert final.kind == "stop" and "nothing left has a meaningful chance to clear the band" in final.reason
+    assert final.kind == "stop" and "nothing left has a meaningful chance to pass the leader test" in final.reason
     assert len(final.evidence) == policy.Config().recent_evidence + 1
 
 
