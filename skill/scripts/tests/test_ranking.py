@@ -26,15 +26,27 @@ def baseline(b, runs=3, step=1000.0):
     b.baseline(runs, step)
 
 
+def noisy_baseline(b, steps):
+    """The baseline r001 and its repeats r002.., one run per step time in ``steps`` (ms per iteration)."""
+    for index, step in enumerate(steps, start=1):
+        b.launch("r%03d" % index, "baseline" if index == 1 else "repeat", "base", parent=None if index == 1 else "r001")
+        b.result("r%03d" % index, step)
+
+
+def confirmed_candidate(b, run, confirm, recipe, parent, steps):
+    """Candidate ``run`` of ``recipe`` on ``parent`` and its confirmation, at the two step times, gated."""
+    b.launch(run, "candidate", recipe, parent=parent)
+    b.result(run, steps[0])
+    b.launch(confirm, "confirm", recipe, parent=run)
+    b.result(confirm, steps[1])
+    b.gate(run)
+
+
 def test_band_waits_for_baseline_repeats(tmp_path):
     b = Builder(tmp_path)
     b.launch("r001", "baseline", "base")
     b.result("r001", 1000.0)
-    b.launch("r002", "candidate", "fast", parent="r001")
-    b.result("r002", 500.0)
-    b.launch("r003", "confirm", "fast", parent="r002")
-    b.result("r003", 500.0)
-    b.gate("r002")
+    confirmed_candidate(b, "r002", "r003", "fast", "r001", (500.0, 500.0))
     ranked = rank(b)
     assert not ranked.band_established and ranked.repeats_needed == 2
     assert ranked.leader is ranked.baseline
@@ -70,14 +82,8 @@ def test_the_band_is_what_a_2_run_candidate_needs_from_the_baselines_log_sd(tmp_
 
 def test_a_gain_has_the_t_interval_of_the_log_ratio(tmp_path):
     b = Builder(tmp_path)
-    for index, step in enumerate((1000.0, 1012.0, 994.0), start=1):
-        b.launch("r%03d" % index, "baseline" if index == 1 else "repeat", "base", parent=None if index == 1 else "r001")
-        b.result("r%03d" % index, step)
-    b.launch("r004", "candidate", "fast", parent="r001")
-    b.result("r004", 930.0)
-    b.launch("r005", "confirm", "fast", parent="r004")
-    b.result("r005", 941.0)
-    b.gate("r004")
+    noisy_baseline(b, (1000.0, 1012.0, 994.0))
+    confirmed_candidate(b, "r004", "r005", "fast", "r001", (930.0, 941.0))
     ranked = rank(b)
     base, fast = ranked.baseline, ranked.recipe_of("r004")
     xb = [math.log(run.tokens) for run in base.rankable]
@@ -97,20 +103,10 @@ def test_a_gain_has_the_t_interval_of_the_log_ratio(tmp_path):
 
 def test_a_noisy_candidate_widens_only_its_own_test(tmp_path):
     b = Builder(tmp_path)
-    for index, step in enumerate((1000.0, 1006.0, 997.0), start=1):
-        b.launch("r%03d" % index, "baseline" if index == 1 else "repeat", "base", parent=None if index == 1 else "r001")
-        b.result("r%03d" % index, step)
+    noisy_baseline(b, (1000.0, 1006.0, 997.0))
     before = rank(b)
-    b.launch("r004", "candidate", "noisy", parent="r001")
-    b.result("r004", 800.0)
-    b.launch("r005", "confirm", "noisy", parent="r004")
-    b.result("r005", 1000.0)
-    b.gate("r004")
-    b.launch("r006", "candidate", "steady", parent="r001")
-    b.result("r006", 960.0)
-    b.launch("r007", "confirm", "steady", parent="r006")
-    b.result("r007", 962.0)
-    b.gate("r006")
+    confirmed_candidate(b, "r004", "r005", "noisy", "r001", (800.0, 1000.0))
+    confirmed_candidate(b, "r006", "r007", "steady", "r001", (960.0, 962.0))
     ranked = rank(b)
     base, steady = ranked.baseline, ranked.recipe_of("r006")
     # the baseline's and the leader's runs: the noisy candidate is not in it
@@ -123,14 +119,8 @@ def test_a_noisy_candidate_widens_only_its_own_test(tmp_path):
 
 def test_each_look_and_each_candidate_spends_part_of_the_rate(tmp_path):
     b = Builder(tmp_path)
-    for index, step in enumerate((1000.0, 1008.0, 995.0), start=1):
-        b.launch("r%03d" % index, "baseline" if index == 1 else "repeat", "base", parent=None if index == 1 else "r001")
-        b.result("r%03d" % index, step)
-    b.launch("r004", "candidate", "x", parent="r001")
-    b.result("r004", 975.0)
-    b.launch("r005", "confirm", "x", parent="r004")
-    b.result("r005", 976.0)
-    b.gate("r004")
+    noisy_baseline(b, (1000.0, 1008.0, 995.0))
+    confirmed_candidate(b, "r004", "r005", "x", "r001", (975.0, 976.0))
     two = rank(b).compare(rank(b).recipe_of("r004"))
     assert two.level == pytest.approx(0.01 * 6 / math.pi ** 2)
     b.launch("r006", "repeat", "x", parent="r004")
@@ -146,9 +136,7 @@ def test_each_look_and_each_candidate_spends_part_of_the_rate(tmp_path):
 
 def test_a_close_candidate_is_repeated_before_it_is_judged(tmp_path):
     b = Builder(tmp_path)
-    for index, step in enumerate((1000.0, 1010.0, 990.0), start=1):
-        b.launch("r%03d" % index, "baseline" if index == 1 else "repeat", "base", parent=None if index == 1 else "r001")
-        b.result("r%03d" % index, step)
+    noisy_baseline(b, (1000.0, 1010.0, 990.0))
     b.launch("r004", "candidate", "close", parent="r001")
     b.result("r004", 975.0)  # +2.6%: above the floor, below what 2 runs need at this noise
     b.launch("r005", "confirm", "close", parent="r004")
@@ -190,20 +178,12 @@ def test_gated_confirmed_candidate_leads_only_beyond_band(tmp_path):
     ranked = rank(b)
     assert ranked.leader is ranked.baseline
     assert ranked.run_status(ranked.run("r004")) == "within noise of leader"
-    b.launch("r006", "candidate", "big", parent="r001")
-    b.result("r006", 950.0)
-    b.launch("r007", "confirm", "big", parent="r006")
-    b.result("r007", 950.0)
-    b.gate("r006")
+    confirmed_candidate(b, "r006", "r007", "big", "r001", (950.0, 950.0))
     ranked = rank(b)
     assert ranked.leader.first.run == "r006"
     assert ranked.relative(ranked.leader.score, ranked.baseline) == pytest.approx(1000 / 950 - 1)
     # a later candidate within the band of the new leader does not displace it
-    b.launch("r008", "candidate", "big+", parent="r006")
-    b.result("r008", 946.0)
-    b.launch("r009", "confirm", "big+", parent="r008")
-    b.result("r009", 946.0)
-    b.gate("r008")
+    confirmed_candidate(b, "r008", "r009", "big+", "r006", (946.0, 946.0))
     ranked = rank(b)
     assert ranked.leader.first.run == "r006"
     assert [recipe.first.run for recipe in ranked.lineage(ranked.leader)] == ["r001", "r006"]
@@ -330,9 +310,7 @@ def test_runs_launched_through_the_profiler_hook_are_never_scored(tmp_path):
 
 def test_noise_wider_than_a_lever_can_clear_is_pending(tmp_path):
     b = Builder(tmp_path / "c")
-    for index, step in enumerate((1000.0, 1300.0, 1000.0), start=1):
-        b.launch("r%03d" % index, "baseline" if index == 1 else "repeat", "base", parent=None if index == 1 else "r001")
-        b.result("r%03d" % index, step)
+    noisy_baseline(b, (1000.0, 1300.0, 1000.0))
     ranked = rank(b)
     sd = _log_sd([run.tokens for run in ranked.baseline.rankable])
     assert ranked.band_established and ranked.noise_sd == pytest.approx(sd) and sd > ranking_mod.NOISY_SD
@@ -344,16 +322,9 @@ def test_noise_wider_than_a_lever_can_clear_is_pending(tmp_path):
 
 def _stack(b):
     """A baseline of 3 noisy runs, change A (r004, ~10% faster) and on it change B (r006, ~6% faster again)."""
-    for index, step in enumerate((1000.0, 1010.0, 990.0), 1):
-        b.launch("r%03d" % index, "baseline" if index == 1 else "repeat", "base", parent=None if index == 1 else "r001")
-        b.result("r%03d" % index, step)
-    for run, confirm, recipe, parent, steps in (("r004", "r005", "A", "r001", (900.0, 905.0)),
-                                                ("r006", "r007", "A+B", "r004", (850.0, 853.0))):
-        b.launch(run, "candidate", recipe, parent=parent)
-        b.result(run, steps[0])
-        b.launch(confirm, "confirm", recipe, parent=run)
-        b.result(confirm, steps[1])
-        b.gate(run)
+    noisy_baseline(b, (1000.0, 1010.0, 990.0))
+    confirmed_candidate(b, "r004", "r005", "A", "r001", (900.0, 905.0))
+    confirmed_candidate(b, "r006", "r007", "A+B", "r004", (850.0, 853.0))
 
 
 def _removal(b, run, steps, verdict="pass"):
