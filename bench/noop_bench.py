@@ -34,7 +34,6 @@ from __future__ import annotations
 import argparse
 import hashlib
 import math
-import re
 import sys
 import time
 from pathlib import Path
@@ -47,7 +46,7 @@ from simulate import model  # noqa: E402
 
 STEPS = 20
 GBS, SEQ = 256, 4096
-REPEAT = re.compile(r"^repeat (\S+): .* launch --repeat-of (\S+),")
+REPEAT = ranking.REPEAT_LINE
 
 
 def _sha(text: str) -> str:

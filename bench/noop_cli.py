@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import shutil
 import subprocess
 import sys
@@ -28,14 +27,13 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "bench"))
 
-from noop_bench import wilson  # noqa: E402
+from noop_bench import REPEAT, wilson  # noqa: E402
 
 RECIPE = REPO / "skill" / "scripts" / "simulate" / "recipes" / "llama3_70b_h100x64.yaml"
 SIM = REPO / "skill" / "scripts" / "simulate" / "sim_megatron.py"
 NOOPS = ["NCCL_DEBUG=WARN", "NCCL_DEBUG_SUBSYS=INIT", "NCCL_DEBUG=VERSION", "NCCL_DEBUG_SUBSYS=COLL",
          "NCCL_DEBUG=INFO", "NCCL_DEBUG_SUBSYS=ENV", "NCCL_DEBUG=WARN", "NCCL_DEBUG_SUBSYS=INIT,ENV",
          "NCCL_DEBUG=VERSION", "NCCL_DEBUG_SUBSYS=NET"]
-REPEAT = re.compile(r"^repeat (\S+): .* launch --repeat-of (\S+),")
 
 
 class Cli(object):

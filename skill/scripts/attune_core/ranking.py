@@ -29,6 +29,7 @@ import dataclasses
 import functools
 import json
 import math
+import re
 import statistics
 from typing import Optional
 
@@ -720,6 +721,10 @@ def leader_history(ranking: Ranking) -> list:
         entry_now = (leader.score if leader is not None else None, band, established)
         out.append(entry_now)
     return out
+
+
+# a `repeat` line of ``_pending``, as the planner and the benchmarks read it: (the candidate's run, the run to repeat)
+REPEAT_LINE = re.compile(r"^repeat (\S+): .* launch --repeat-of (\S+),")
 
 
 def _pending(ranking: Ranking) -> list:

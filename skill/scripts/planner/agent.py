@@ -47,6 +47,7 @@ SCRIPTS = HERE.parent
 if str(SCRIPTS) not in sys.path:
     sys.path.insert(0, str(SCRIPTS))
 
+from attune_core import ranking as ranking_mod  # noqa: E402
 from planner import policy, progress, space as space_mod  # noqa: E402
 
 ATTUNE = SCRIPTS / "attune.py"
@@ -54,7 +55,6 @@ POLL_S = {"local": 0.1, "kuberay": 90.0}  # a local (simulated) run lasts second
 HANG_AFTER_S = 900.0
 MAX_STEPS = 1000  # actions per session: a guard against a loop that makes no progress
 LOO_PREFIX = "Leave-one-out of "
-REPEAT_RE = re.compile(r"^repeat (\S+): .* launch --repeat-of (\S+),")
 # a lesson as ``lesson --json`` prints it (``- **Verdict**: kept``) or as its ledger note keeps it (``Verdict: kept``)
 RESULT_RE = re.compile(r"Result(?:\*\*)?:\s*([+-]?\d+(?:\.\d+)?)%(?: \([^)]*\))? tokens/s/GPU vs parent")
 VERDICT_RE = re.compile(r"Verdict(?:\*\*)?:\s*(kept|rejected|hurt)")
@@ -399,7 +399,7 @@ class Planner(object):
             match = re.match(r"^(confirm|gate|repeat) (\S+):", line)
             if match:
                 pending.setdefault(match.group(2), set()).add(match.group(1))
-            again = REPEAT_RE.match(line)
+            again = ranking_mod.REPEAT_LINE.match(line)
             if again:
                 repeats[again.group(1)] = again.group(2)
         first_base = min((r for r in launches.values() if r["purpose"] == "baseline"), key=lambda r: r["seq"],
