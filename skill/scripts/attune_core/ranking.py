@@ -35,7 +35,7 @@ from typing import Optional
 
 from .chainlog import ENVELOPE, loads
 from .measure import RunScore, score_run
-from .stats import t_quantile
+from .stats import t_cdf, t_quantile
 
 
 SUBMIT_FAILED = "submit_failed"  # the failure class of a launch whose submission failed (runs.launch)
@@ -149,6 +149,20 @@ def need_log(share: float, runs: int, reference_runs: int, sd: float, df: int, f
     return max(math.log1p(floor), t_quantile(1 - look_level(share, runs), df) * se)
 
 
+def least_share(d: float, runs: int, reference_runs: int, sd: Optional[float], df: int, floor: float) -> float:
+    """The share above which a candidate of ``runs`` runs ``d`` ahead (difference of mean log throughput) passes
+    the leader test, ``math.inf`` when it passes at none: ``d`` must clear the floor and its one-sided p-value
+    ``P(T > d / se)`` must lie below the look's level. This is ``d > need_log(share, ...)`` read the other way
+    round (one distribution function, no quantile), so the walk can ask it of a chain once and then compare
+    shares."""
+    if sd is None or runs < 2 or not d > math.log1p(floor):
+        return math.inf
+    se = sd * math.sqrt(1.0 / runs + 1.0 / reference_runs)
+    if se == 0:
+        return 0.0
+    return t_cdf(-d / se, df) * (runs - 1) ** 2 / SPEND
+
+
 @dataclasses.dataclass(frozen=True)
 class Gain:
     """One recipe against another: the estimate, its 95% interval and the leader test's verdict."""
@@ -190,6 +204,7 @@ class Ranking:
     noise_sd: Optional[float] = None  # pooled over the baseline and the leader
     noise_df: int = 0
     dropped: tuple = ()  # (kept recipe sha, removal recipe sha): changes the leave-one-out left out of the leader
+    _gains: dict = dataclasses.field(default_factory=dict, init=False, repr=False, compare=False)
 
     @property
     def share(self) -> float:
@@ -201,6 +216,12 @@ class Ranking:
         reference = reference if reference is not None else self.baseline
         if recipe is None or reference is None or not recipe.n or not reference.n:
             return None
+        key = (recipe.sha, reference.sha)
+        if key not in self._gains:  # RESULTS.md asks of most recipes twice or more
+            self._gains[key] = self._compare(recipe, reference)
+        return self._gains[key]
+
+    def _compare(self, recipe: RecipeView, reference: RecipeView) -> Gain:
         d = recipe.mean_log - reference.mean_log
         sd, df = pooled((self.baseline, reference, recipe))
         low = high = need = level = None
@@ -210,9 +231,10 @@ class Ranking:
             low, high = math.expm1(d - half), math.expm1(d + half)
             if recipe.n >= 2:
                 level = look_level(self.share, recipe.n)
-                bar = need_log(self.share, recipe.n, reference.n, sd, df, self.noise_floor)
-                need = as_gain(bar, self.noise_floor)
-                wins, loses = d > bar, -d > bar
+                need = as_gain(need_log(self.share, recipe.n, reference.n, sd, df, self.noise_floor),
+                               self.noise_floor)
+                wins = self.share > least_share(d, recipe.n, reference.n, sd, df, self.noise_floor)
+                loses = self.share > least_share(-d, recipe.n, reference.n, sd, df, self.noise_floor)
         return Gain(math.expm1(d), low, high, recipe.n, reference.n, sd, df, need, level, wins, loses)
 
     @property
@@ -559,29 +581,39 @@ class _Stat(object):
         self.score = math.exp(self.mean_log) if self.n else None
 
 
-def _walk(base, eligible: list, share: float, floor: float) -> list:
+def _walk(base, eligible: list, share: float, floor: float, chain: Optional[list] = None,
+          leasts: Optional[list] = None) -> tuple:
     """The leader rule: ``eligible`` in increasing score, each that passes the test against the current leader
-    leads. Returns the leaders in turn, the baseline first."""
-    chain = [base]
+    leads. Returns ``(chain, leasts)``: the leaders in turn, the baseline first, and for each the share above
+    which every step of the chain up to it still passes (a stricter share fails no test that failed, so the
+    chain up to ``chain[i]`` holds for any share above ``leasts[i]`` that is not above ``share``). Given a
+    ``chain`` (and its ``leasts``) that holds at ``share``, the walk goes on from it over ``eligible``.
+
+    The test is ``least_share``; a candidate whose ``d / se`` lies clearly below the look's quantile (one per
+    runs and df at this share, cached) fails it without the distribution function being evaluated."""
+    chain, leasts = (list(chain), list(leasts)) if chain else ([base], [0.0])
+    bar = math.log1p(floor)
+    leader, held_df, held_ss = None, 0, 0.0
     for recipe in eligible:
-        leader = chain[-1]
+        if recipe.mean_log - chain[-1].mean_log <= bar:
+            continue
+        if chain[-1] is not leader:
+            leader = chain[-1]
+            _sd, held_df = pooled((base, leader))
+            held_ss = base.ss + (leader.ss if leader is not base else 0.0)
+        df = held_df + recipe.n - 1
+        if not df:
+            continue
         d = recipe.mean_log - leader.mean_log
-        if d <= 0:
+        se = math.sqrt((held_ss + recipe.ss) / df) * math.sqrt(1.0 / recipe.n + 1.0 / leader.n)
+        if se > 0 and d / se <= t_quantile(1 - look_level(share, recipe.n), df) * (1 - 1e-9):
             continue
         sd, df = pooled((base, leader, recipe))
-        if sd is not None and d > need_log(share, recipe.n, leader.n, sd, df, floor):
+        step = least_share(d, recipe.n, leader.n, sd, df, floor)
+        if share > step:
             chain.append(recipe)
-    return chain
-
-
-def _chain_holds(chain: list, share: float, floor: float) -> bool:
-    """Whether each step of a walk's chain still passes at ``share`` (a stricter share fails no test that failed)."""
-    base = chain[0]
-    for leader, recipe in zip(chain, chain[1:]):
-        sd, df = pooled((base, leader, recipe))
-        if not recipe.mean_log - leader.mean_log > need_log(share, recipe.n, leader.n, sd, df, floor):
-            return False
-    return True
+            leasts.append(max(leasts[-1], step))
+    return chain, leasts
 
 
 def _band(base, leader, share: float, floor: float) -> tuple:
@@ -624,7 +656,7 @@ def assemble(runs: dict, stops: list, warnings: list, noise_floor=0.01, baseline
     if established and leader is not None:
         eligible = [r for r in recipes.values() if not r.is_baseline and r.gate == "pass" and r.n >= 2]
         leader = _walk(baseline, sorted(eligible, key=lambda r: (r.score, r.first.launch_ts, r.sha)), share,
-                       noise_floor)[-1]
+                       noise_floor)[0][-1]
         leader = _leave_out(baseline, leader, _removals(recipes, runs), recipes.get,
                             lambda sha: recipes[sha].gate == "pass",
                             lambda sha: {r.sha for r in _lineage(recipes[sha], recipes, runs)})
@@ -652,14 +684,17 @@ def leader_history(ranking: Ranking) -> list:
     ``ranking.runs``, each what ranking the runs launched up to it (with their results and gates) gives. The
     last entry is ``ranking.leader``'s score and ``ranking.band``. A run that adds only a tested candidate
     (the common case) changes only the false-win share: the last walk's chain is checked at the new share,
-    and the walk is run again only when a step of it no longer passes."""
+    and the walk is run again only when a step of it no longer passes. A run that moves one eligible recipe
+    walks on from the part of the chain below it (it still holds at the new share), not from the baseline."""
     base_sha = ranking.baseline.sha if ranking.baseline is not None else None
     floor, repeats, rate = ranking.noise_floor, ranking.baseline_repeats, ranking.false_win_rate
     values, verdicts, stats = {}, {}, {}
     eligible = []  # sorted (score, first launch, sha) of the eligible recipes so far
     entries = {}  # sha -> its key in eligible
     tested = set()
-    base, chain, share = None, None, None
+    base, chain, leasts, share = None, None, [0.0], None
+    chain_keys = []  # the key in eligible of each of chain[1:]
+    band, band_inputs = floor, None
     entry_now = (None, floor, False)
     removals = _removals(ranking.recipes, ranking.by_id)
     lineages = {}
@@ -685,7 +720,7 @@ def leader_history(ranking: Ranking) -> list:
         if tokens is not None:
             own.append(tokens)
         stat = stats[sha] = _Stat(sha, own, ranking.recipes[sha].first.launch_ts)
-        walk = False
+        walk, low = False, None  # low: the least key of eligible this run moved (the walk is the same below it)
         if sha == base_sha:
             base, walk = (stat if stat.n else None), True
         else:
@@ -699,25 +734,37 @@ def leader_history(ranking: Ranking) -> list:
             key = entries.pop(sha, None)
             if key is not None:
                 del eligible[bisect.bisect_left(eligible, key)]
-                walk = True
+                low = key
             if stat.n >= 2 and "pass" in gates and "fail" not in gates:
                 key = entries[sha] = (stat.score, stat.launch, sha)
                 bisect.insort(eligible, key)
-                walk = True
+                low = key if low is None else min(low, key)
         new_share = rate / max(len(tested), MIN_CANDIDATES)
         established = base is not None and base.n >= repeats
         if base is None:
             chain = None
         elif not established:
-            chain = [base]
-        elif walk or chain is None or share is None or new_share > share or (
-                new_share < share and not _chain_holds(chain, new_share, floor)):
-            chain = _walk(base, [stats[key[2]] for key in eligible], new_share, floor)
+            chain, leasts, chain_keys = [base], [0.0], []
+        else:
+            anew = walk or chain is None or share is None or new_share > share
+            below = 0  # how many leaders after the baseline stay: those below ``low``, while they hold
+            if not anew:
+                below = len(chain_keys) if low is None else bisect.bisect_left(chain_keys, low)
+                while below and not new_share > leasts[below]:
+                    below -= 1
+            if anew or below < len(chain_keys) or low is not None:
+                start = bisect.bisect_right(eligible, chain_keys[below - 1]) if below else 0
+                chain, leasts = _walk(base, [stats[key[2]] for key in eligible[start:]], new_share, floor,
+                                      chain[:below + 1] if below else None, leasts[:below + 1] if below else None)
+                chain_keys = [(leader.score, leader.launch, leader.sha) for leader in chain[1:]]
         share = new_share
         leader = chain[-1] if chain else None
         if leader is not None and established and removals:
             leader = _leave_out(base, leader, removals, stats.get, gate_passed, lineage_shas)
-        band = _band(base, leader, share, floor)[0] if leader is not None else floor
+        inputs = (share, leader, base)  # the band depends on nothing else (a _Stat is new when its runs change)
+        if inputs != band_inputs:
+            band = _band(base, leader, share, floor)[0] if leader is not None else floor
+            band_inputs = inputs
         entry_now = (leader.score if leader is not None else None, band, established)
         out.append(entry_now)
     return out

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import math
+import random
 
 import pytest
 from factory import Builder
@@ -150,6 +151,41 @@ def test_leader_history_is_the_ranking_of_every_prefix(levels, spec, floor, repe
         if score is not None:
             assert math.isclose(score, expected)
         assert math.isclose(band, prefix.band) and established == prefix.band_established
+
+
+def _assert_history_is_every_prefix(full):
+    history = ranking_mod.leader_history(full)
+    assert len(history) == len(full.runs)
+    for count, (score, band, established) in enumerate(history, 1):
+        prefix = ranking_mod.assemble({run.run: run for run in full.runs[:count]}, [], [], full.noise_floor,
+                                      full.baseline_repeats, full.false_win_rate)
+        expected = prefix.leader.score if prefix.leader is not None else None
+        assert (score is None) == (expected is None), count
+        if score is not None:
+            assert math.isclose(score, expected), count
+        assert math.isclose(band, prefix.band) and established == prefix.band_established, count
+    return history
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_long_campaign_has_the_history_of_every_prefix(seed):
+    """Sixty recipes over 200 runs, confirmations and gates arriving late and in any order: the history walks on
+    from the part of its chain below each moved recipe, and must still agree with a full ranking of each prefix."""
+    rng = random.Random(seed)
+    levels = {"c%d" % i: 1000.0 * (1 + rng.uniform(-0.01, 0.05)) for i in range(60)}
+    runs, seen, index = {}, set(), 0
+    for index in range(1, 4):
+        view = _view(index, "baseline" if index == 1 else "repeat", "base", 1000.0 * (1 + rng.gauss(0, 0.003)))
+        runs[view.run] = view
+    for index in range(4, 204):
+        recipe = rng.choice(sorted(levels))
+        purpose = "confirm" if recipe in seen else "candidate"
+        seen.add(recipe)
+        view = _view(index, purpose, recipe, levels[recipe] * (1 + rng.gauss(0, 0.004)),
+                     rng.choice([None, None, "pass", "pass", "pass", "fail"]), rng.random() > 0.05)
+        runs[view.run] = view
+    history = _assert_history_is_every_prefix(ranking_mod.assemble(runs, [], [], 0.005, 3, 0.05))
+    assert len({score for score, _band, _established in history}) >= 3  # the leader moved: chains formed
 
 
 def test_the_best_so_far_follows_the_leader_rule_not_the_best_score():
