@@ -20,6 +20,26 @@ differ only in a setting the projection does not model (an NCCL variable): such 
 the full spread. ``projected`` keys the factor on the projection's parsed ``Job`` only: settings the
 projection does not read then change nothing, in truth as in the projection (a sensitivity variant).
 
+The truth (``truth``). ``own`` is the above: the planner's own model times an independent factor, the world
+the planner's exploration rule assumes (kept as a reference, not as evidence). Three truths are not built
+from the planner's model; in each, a setting the projection does not read has no effect at all (the
+truth is a function of the projection's parsed ``Job``), and memory is the projection's times the same
+5% factor keyed on that job:
+
+* ``params``: **per-workload errors in the projection's efficiency parameters**. Each of the ten fitted
+  efficiencies of the workload's GPU family (``projection.api.theta_for``) is multiplied by
+  ``exp(THETA_SD z)``, z drawn per (noise seed, workload, parameter), ``THETA_SD`` = 0.10 (a stated
+  assumption: the fit's own residual prior is 0.15, its between-family spread 0.35); the true step time is
+  ``projection.timing.step_time`` of the job's features under those efficiencies. The error is systematic:
+  under one seed every configuration of the workload with more exposed communication (say) is off the
+  same way, which a model-free method can find and the planner's projection cannot see.
+* ``interact``: ``params`` times a **pairwise interaction** ``exp(INTERACT_SD z)`` for every pair of the
+  projection-read settings changed from the baseline (z drawn per noise seed, workload and pair),
+  ``INTERACT_SD`` = 0.03: two changes that each help can together help less, or more.
+* ``residual``: ``params`` times a per-job factor with the **within-(model, GPU) spread** of the
+  projection's leave-one-out log errors (sd 0.0388 dense, 0.2153 MoE): what differs between
+  configurations of one model on one GPU after the per-workload parameter error.
+
 A run (``launch``): ``simulate.model.step_times(20, true step, run key)`` (the simulator's fitted run-to-run
 offset, per-step jitter, slow steps and warm-up, imported, not copied), scored by
 ``attune_core.measure.score_run`` (median of iterations 5-19), so measured tokens/s/GPU = GBS x seq /
@@ -59,6 +79,9 @@ STEPS = 20
 MEMORY_SD = 0.05
 TRUTH_KEYS = ("config", "projected")
 SPREADS = ("loo", "within")
+TRUTHS = ("own", "params", "interact", "residual")
+THETA_SD = 0.10  # per-workload log-error of each fitted efficiency (``params`` and the truths built on it)
+INTERACT_SD = 0.03  # log-sd of each pairwise interaction (``interact``)
 
 
 @functools.lru_cache(maxsize=1)
@@ -130,11 +153,19 @@ class Evaluator(object):
     """One workload under one noise seed (the hidden factors and the run-to-run noise)."""
 
     def __init__(self, baseline_text: str, moe: bool, noise_seed: int, *, truth_key: str = "config",
-                 spread: str = "loo", memory_sd: float = MEMORY_SD, startup_s: float = STARTUP_S):
+                 spread: str = "loo", memory_sd: float = MEMORY_SD, startup_s: float = STARTUP_S,
+                 truth: str = "own", workload: str = ""):
+        if truth not in TRUTHS:
+            raise ValueError("truth must be one of %s, not %r" % (", ".join(TRUTHS), truth))
         self.baseline = workload_mod.enforce(Recipe(baseline_text, "baseline"))
         self.noise_seed = noise_seed
+        self.truth_kind, self.workload = truth, workload
         stats = error_stats()["moe" if moe else "dense"]
         self.sd = stats["sd_loo"] if spread == "loo" else stats["sd_within"]
+        if truth == "residual":
+            self.sd = stats["sd_within"]
+        if truth != "own":
+            truth_key = "projected"
         self.memory_sd = memory_sd
         self.startup_s = startup_s
         self.truth_key = truth_key
@@ -170,6 +201,14 @@ class Evaluator(object):
         if pred is None or not pred.ok:
             found = Truth(key, 0.0, math.inf, math.inf, 0.0, False, 0.0, 1.0,
                           error=pred.error if pred is not None else "no hardware")
+        elif self.truth_kind != "own":
+            step = self._true_step(recipe) / self._interaction(recipe)
+            if self.truth_kind == "residual":
+                step /= math.exp(self.sd * _normal("bench-truth", self.noise_seed, key))
+            factor = pred.step_s / step
+            memory = pred.memory_gib * math.exp(self.memory_sd * _normal("bench-memory", self.noise_seed, key))
+            found = Truth(key, pred.tokens_per_s_per_gpu * factor, step, memory, pred.usable_gib,
+                          memory > pred.usable_gib, pred.tokens_per_s_per_gpu, factor)
         else:
             factor = math.exp(self.sd * _normal("bench-truth", self.noise_seed, key))
             memory = pred.memory_gib * math.exp(self.memory_sd * _normal("bench-memory", self.noise_seed, key))
@@ -177,6 +216,36 @@ class Evaluator(object):
                           memory > pred.usable_gib, pred.tokens_per_s_per_gpu, factor)
         self._truth[canon] = found
         return found
+
+    def _true_step(self, recipe: Recipe) -> float:
+        """The projection's step time of ``recipe`` under this workload's true (perturbed) efficiencies."""
+        import numpy as np
+        from projection import api as proj_api, config as proj_config, hardware as proj_hw, timing
+        env = recipe.env()
+        gpu = proj_hw.get(env["ATTUNE_SIM_HARDWARE"])
+        per_node = env.get("ATTUNE_SIM_GPUS_PER_NODE", "")
+        per_node = int(per_node) if per_node.isdigit() else gpu.gpus_per_node
+        job = proj_config.parse(recipe.args(), self.gpus, gpu.name, per_node)
+        theta = proj_api.theta_for(gpu, proj_api.load_params())[0]
+        true = {name: value * math.exp(THETA_SD * _normal("bench-theta", self.noise_seed, self.workload, name))
+                for name, value in theta.items()}
+        features = timing.stack([timing.features(job, gpu, per_node)])
+        return float(timing.step_time(features, {name: np.array([value]) for name, value in true.items()})["step"][0])
+
+    def _interaction(self, recipe: Recipe) -> float:
+        """``interact``: the product of the pairwise factors of the projection-read settings changed from the
+        baseline (1 for the other truths)."""
+        if self.truth_kind != "interact":
+            return 1.0
+        from attune_core.recipe import diff
+        from projection import config as proj_config
+        changed = sorted(json.dumps(record, sort_keys=True) for record in diff(self.baseline, recipe)
+                         if record.get("arg") in proj_config.READS)
+        log = 0.0
+        for i, first in enumerate(changed):
+            for second in changed[i + 1:]:
+                log += INTERACT_SD * _normal("bench-interact", self.noise_seed, self.workload, first, second)
+        return math.exp(log)
 
     # ------------------------------------------------------------------ visible
     def launch(self, recipe, run_key: str) -> Run:

@@ -1,23 +1,27 @@
 """The three search methods, each driven through the simulated evaluator (``evaluator.Evaluator``) under one
 GPU-hour budget, and what each one ships.
 
+Every method runs its campaign through ``Campaign``: its runs are ranked by the project's own ranking
+(``attune_core.ranking.assemble``: the leader test over the baseline's three runs, confirmation, repeats of
+a close candidate), and the ranking's leader is what ships. No method ships on a weaker rule than another.
+
 * ``run_planner``: a driver loop around ``planner.policy.propose`` (the State from ``policy.state_for``),
-  with the campaign's ranking (``attune_core.ranking.assemble``: the noise band from the baseline repeats,
-  the leader = a gated, confirmed recipe that beats the current leader by more than the band). It ships the
-  leader when the policy stops or the budget is spent.
-* ``run_random``: uniform random combinations on the baseline, one run each.
+  as ``planner/agent.py`` drives it; it follows the ranking's pending confirmations and repeats itself.
+* ``run_random``: uniform random combinations on the baseline, one candidate run each.
 * ``run_tpe``: optuna's TPESampler over the same categorical dimensions.
 
-Random and TPE: trial 0 is the baseline (one run); every lever of ``space(baseline)`` is a dimension whose
-values are "keep" and the lever's alternatives; a combination applies the chosen alternatives to the
-baseline in the catalog's order (a later lever's companion change can overwrite an earlier one's flag, as
-``candidate new`` would) and is launched only if it passes ``planner.space.check`` against the baseline
-(the checks every alternative of the space passed: workload, Megatron legality, the projection's model
-asserts, the gate's classes); a failing combination is counted as an illegal proposal, costs nothing, and
-the method draws again (TPE is told the trial failed). Both keep room in the budget for one confirmation:
-at the end the best measured configuration is re-run and shipped if the mean of its two runs beats the
-baseline's run by more than the noise floor (1%, ``ATTUNE_NOISE_FLOOR``'s default), else the baseline
-ships.
+Random and TPE: three baseline runs first (what the ranking needs to measure the noise); every lever of
+``space(baseline)`` is a dimension whose values are "keep" and the lever's alternatives; a combination applies
+the chosen alternatives to the baseline in the catalog's order (a later lever's companion change can
+overwrite an earlier one's flag, as ``candidate new`` would) and is launched only if it passes what
+``candidate new --gpu`` checks for any agent: ``planner.space.check`` against the baseline (workload, Megatron
+legality, the projection's model asserts, the gate's classes) and the projection's memory pre-filter (a
+combination projected not to fit is refused). A refused combination is counted, costs nothing, and the
+method draws again (TPE is told the trial failed). A launched combination is a candidate run, gated at no
+cost as the planner's are (every alternative passed the gate's configuration check); after it, the method
+does what the ranking asks (confirm a winner from one run, repeat a close candidate, ``methods.pending``)
+while the budget holds a run. A combination that ran already is not run again: TPE is told its measurement
+so far. A trial is started only while the budget holds it and one more run.
 """
 
 from __future__ import annotations
@@ -38,7 +42,7 @@ if str(SCRIPTS) not in sys.path:
 
 from attune_core import lessons as lessons_mod, ranking as ranking_mod  # noqa: E402
 from attune_core import workload as workload_mod  # noqa: E402
-from attune_core.errors import AttuneError  # noqa: E402
+from attune_core.errors import AttuneError, CheckFailed  # noqa: E402
 from attune_core.measure import not_rankable  # noqa: E402
 from attune_core.recipe import Recipe, diff  # noqa: E402
 from planner import policy, space as space_mod  # noqa: E402
@@ -48,6 +52,7 @@ from .evaluator import Evaluator, canonical  # noqa: E402
 NOISE_FLOOR = 0.01  # ATTUNE_NOISE_FLOOR's default
 BASELINE_REPEATS = 3  # ATTUNE_BASELINE_REPEATS's default
 MAX_DRAWS = 3000  # illegal draws in a row before a model-free method gives up
+MAX_STALE = 200  # proposals in a row that had run already before a model-free method gives up
 KEEP = "keep"
 
 
@@ -95,39 +100,26 @@ def _projected_cost(ev: Evaluator, recipe: Recipe) -> float:
     return ev.gpus * (ev.startup_s + 20 * step) / 3600.0
 
 
-# ------------------------------------------------------------------------------------------ the planner
-class PlannerDriver(object):
-    """Implements every ``policy.Action`` with the evaluator; one campaign. The State is rebuilt at every step
-    from the runs as ``planner/agent.py`` rebuilds it from the ledger (``history`` and ``build``): the ranking's
-    leader, band and pending winners; a candidate's verdict ``beats`` while the ranking lists it as pending
-    (gate/confirm), else the lesson's (``attune_core.lessons.verdict``: kept, rejected, hurt; an OOM is hurt with
-    failure ``oom``); its predicted gain from the projections of it and its parent; ``run_cost`` the largest
-    baseline charge plus 25% (half an hour of every GPU before the first, capped at what is left); the
-    lineage with ``space.leave_one_out`` for each change; a candidate whose recipe already ran is excluded."""
+# ------------------------------------------------------------------------------------------ the campaign rule
+class Campaign(object):
+    """One method's runs as the campaign's ranking reads them (``attune_core.ranking.assemble``): every method
+    launches through here, so all are ranked, confirmed, repeated and shipped by the same leader test."""
 
-    def __init__(self, ev: Evaluator, baseline: Recipe, budget: float, seed: int, max_actions: int = 400):
+    def __init__(self, ev: Evaluator, baseline: Recipe, budget: float, seed: int, method: str):
         self.ev, self.baseline, self.budget, self.seed = ev, workload_mod.enforce(baseline), budget, seed
         self.gpu = _gpu(self.baseline)
-        self.trace = Trace("planner", budget)
+        self.trace = Trace(method, budget)
         self.recipes = {}  # sha -> Recipe
         self.runs = {}  # run id -> RunView
         self.cost = {}  # run id -> GPU-hours
         self.memory = {}  # run id -> max reserved GiB
-        self.name = {}  # candidate run id -> the alternative's name
-        self.loo = set()  # candidate runs that are leave-one-outs
         self.order = {}  # run id -> launch index
-        self.excluded = {}
-        self.max_actions = max_actions
-        self._spaces = {}  # leader sha -> State from state_for (levers and projections)
-        self._projected = {}  # sha -> projected tokens/s/GPU
-        self.actions = []
 
-    # -------------------------------------------------------------- runs and ranking
     def _launch(self, recipe: Recipe, purpose: str, parent=None, lever="", leave_out="") -> str:
         sha = _sha(recipe)
         self.recipes.setdefault(sha, recipe)
         run_id = "r%03d" % (len(self.runs) + 1)
-        result = self.ev.launch(recipe, "planner|%d|%s" % (self.seed, run_id))
+        result = self.ev.launch(recipe, "%s|%d|%s" % (self.trace.method, self.seed, run_id))
         score = result.score if result.ok else not_rankable("run failed: %s" % result.failure)
         self.runs[run_id] = ranking_mod.RunView(
             run=run_id, purpose=purpose, recipe=sha, launch_ts="%06d" % len(self.runs), gpus=self.ev.gpus,
@@ -143,9 +135,58 @@ class PlannerDriver(object):
         return run_id
 
     def ranking(self):
-        rank = ranking_mod.assemble(dict(self.runs), [], [], noise_floor=NOISE_FLOOR,
+        return ranking_mod.assemble(dict(self.runs), [], [], noise_floor=NOISE_FLOOR,
                                     baseline_repeats=BASELINE_REPEATS)
-        return rank
+
+    def ship(self) -> Trace:
+        """The ranking's leader ships (the baseline when nothing leads)."""
+        rank = self.ranking()
+        lead = rank.leader
+        self.trace.shipped_recipe = self.recipes[lead.sha] if lead is not None else self.baseline
+        self.trace.shipped_measured = lead.score if lead is not None else None
+        self.trace.baseline_measured = rank.baseline.score if rank.baseline is not None else None
+        self.trace.shipped = canonical(workload_mod.enforce(self.trace.shipped_recipe))
+        return self.trace
+
+
+def pending(rank) -> dict:
+    """``{recipe sha: the run to repeat or None}`` for the recipes the ranking lists as winners to gate or
+    confirm (None), or as ahead of the leader but not conclusive (``ranking._pending``: ``repeat`` the recipe
+    with fewer runs, up to ``ranking.MAX_RUNS``)."""
+    lead = rank.leader
+    if not rank.band_established or lead is None:
+        return {}
+    out = {}
+    for r in rank.recipes.values():
+        if r.is_baseline or r is lead or r.gate == "fail" or r.score is None:
+            continue
+        _gain, verdict = rank.ahead(r, lead)
+        if verdict == "wins":
+            out[r.sha] = None
+        elif verdict == "ahead" and len(r.rankable) >= 2 and r.n < ranking_mod.MAX_RUNS:
+            out[r.sha] = lead.first.run if lead.n < r.n else r.first.run
+    return out
+
+
+# ------------------------------------------------------------------------------------------ the planner
+class PlannerDriver(Campaign):
+    """Implements every ``policy.Action`` with the evaluator; one campaign. The State is rebuilt at every step
+    from the runs as ``planner/agent.py`` rebuilds it from the ledger (``history`` and ``build``): the ranking's
+    leader, band and pending winners; a candidate's verdict ``beats`` while the ranking lists it as pending
+    (gate/confirm), else the lesson's (``attune_core.lessons.verdict``: kept, rejected, hurt; an OOM is hurt with
+    failure ``oom``); its predicted gain from the projections of it and its parent; ``run_cost`` the largest
+    baseline charge plus 25% (half an hour of every GPU before the first, capped at what is left); the
+    lineage with ``space.leave_one_out`` for each change; a candidate whose recipe already ran is excluded."""
+
+    def __init__(self, ev: Evaluator, baseline: Recipe, budget: float, seed: int, max_actions: int = 400):
+        super().__init__(ev, baseline, budget, seed, "planner")
+        self.name = {}  # candidate run id -> the alternative's name
+        self.loo = set()  # candidate runs that are leave-one-outs
+        self.excluded = {}
+        self.max_actions = max_actions
+        self._spaces = {}  # leader sha -> State from state_for (levers and projections)
+        self._projected = {}  # sha -> projected tokens/s/GPU
+        self.actions = []
 
     def _projection(self, sha: str) -> Optional[float]:
         if sha not in self._projected:
@@ -154,26 +195,8 @@ class PlannerDriver(object):
         return self._projected[sha]
 
     # -------------------------------------------------------------- state, as agent.py builds it
-    def _pending(self, rank) -> dict:
-        """``{recipe sha: the run to repeat or None}`` for the recipes the ranking lists as winners to gate or
-        confirm, or as ahead of the leader but not conclusive (``ranking._pending``: ``repeat`` the recipe with
-        fewer runs, up to ``ranking.MAX_RUNS``)."""
-        lead = rank.leader
-        if not rank.band_established or lead is None:
-            return {}
-        out = {}
-        for r in rank.recipes.values():
-            if r.is_baseline or r is lead or r.gate == "fail" or r.score is None:
-                continue
-            _gain, verdict = rank.ahead(r, lead)
-            if verdict == "wins":
-                out[r.sha] = None
-            elif verdict == "ahead" and len(r.rankable) >= 2 and r.n < ranking_mod.MAX_RUNS:
-                out[r.sha] = lead.first.run if lead.n < r.n else r.first.run
-        return out
-
     def tried(self, rank) -> list:
-        pending = self._pending(rank)
+        waiting = pending(rank)
         out = []
         for run_id, run in self.runs.items():
             if run.purpose != "candidate":
@@ -181,10 +204,13 @@ class PlannerDriver(object):
             recipe = rank.recipes[run.recipe]
             failure = (run.failure or {}).get("class")
             gain = None
-            if run.recipe in pending:
+            if run.recipe in waiting:
                 verdict = "beats"
             else:
-                verdict, _text = lessons_mod.verdict(rank, run)
+                try:
+                    verdict, _text = lessons_mod.verdict(rank, run)
+                except CheckFailed:  # it beats its parent but not the leader, ungated: `attune lesson` refuses it,
+                    verdict = "rejected"  # and agent.py reads a run with no lesson as rejected
                 gain = rank.relative(recipe.score, rank.recipe_of(run.parent))
             before, after = self._projection(rank.run(run.parent).recipe), self._projection(run.recipe)
             predicted = after / before - 1 if before and after else None
@@ -194,7 +220,7 @@ class PlannerDriver(object):
                                     verdict=verdict, gain=gain, predicted_gain=predicted, failure=failure,
                                     gate=recipe.gate, confirmed=bool(confirms), retried=retried,
                                     loo=run_id in self.loo, order=self.order[run_id],
-                                    repeat_of=pending.get(run.recipe)))
+                                    repeat_of=waiting.get(run.recipe)))
         return out
 
     def run_cost(self, rank) -> float:
@@ -303,13 +329,7 @@ class PlannerDriver(object):
                 raise ValueError("unknown action %r" % action.kind)
         else:
             self.trace.stop = "driver action limit"
-        rank = self.ranking()
-        lead = rank.leader
-        self.trace.shipped_recipe = self.recipes[lead.sha] if lead is not None else self.baseline
-        self.trace.shipped_measured = lead.score if lead is not None else None
-        self.trace.baseline_measured = rank.baseline.score if rank.baseline is not None else None
-        self.trace.shipped = canonical(workload_mod.enforce(self.trace.shipped_recipe))
-        return self.trace
+        return self.ship()
 
 
 def run_planner(ev: Evaluator, baseline: Recipe, budget: float, seed: int) -> Trace:
@@ -329,7 +349,9 @@ def dimensions(baseline: Recipe) -> list:
 
 def compose(baseline: Recipe, dims: list, choice: dict) -> tuple:
     """(recipe, why-not) for a combination ``{lever id: alternative name or KEEP}``; why-not is empty when
-    it may launch, ``"baseline"`` when it changes nothing."""
+    it may launch, ``"baseline"`` when it changes nothing. The checks are ``candidate new --gpu``'s, which
+    any agent gets: ``planner.space.check`` and the projection's memory pre-filter (a combination projected
+    not to fit is refused before it runs)."""
     recipe = baseline
     try:
         for lever, alts in dims:
@@ -341,84 +363,105 @@ def compose(baseline: Recipe, dims: list, choice: dict) -> tuple:
         return None, "recipe: " + str(exc).splitlines()[0]
     if not diff(baseline, recipe):
         return recipe, "baseline"
-    return recipe, space_mod.check(baseline, recipe, baseline, _gpu(baseline), None)
+    why = space_mod.check(baseline, recipe, baseline, _gpu(baseline), None)
+    if not why:
+        pred = space_mod.project_recipe(recipe)
+        if pred is not None and pred.ok and not pred.fits:
+            why = "memory: projected %.1f GiB, %.1f usable" % (pred.memory_gib, pred.usable_gib)
+    return recipe, why
 
 
-class _ModelFree(object):
+class _ModelFree(Campaign):
+    """A model-free method's campaign: three baseline runs, then one candidate run per trial (the combination
+    applied to the baseline, gated at no cost as the planner's are), and after each trial what the ranking
+    asks (confirm a winner, repeat a close one) while the budget holds it. The ranking's leader ships."""
+
     def __init__(self, name: str, ev: Evaluator, baseline: Recipe, budget: float, seed: int, dims: list):
-        self.ev, self.baseline, self.budget, self.seed, self.dims = ev, workload_mod.enforce(baseline), budget, \
-            seed, dims
-        self.trace = Trace(name, budget)
-        self.measured = {}  # canonical -> [tokens]
-        self.recipes = {}  # canonical -> Recipe
-        self.n = 0
+        super().__init__(ev, baseline, budget, seed, name)
+        self.dims = dims
         self.est = None
+        self.stale = 0  # proposals in a row that had run already
+        self.refused = lambda choice, why: None  # told of each refused proposal (TPE marks the trial failed)
 
-    def incumbent(self) -> Recipe:
-        base = canonical(self.baseline)
-        best, best_value = base, statistics.mean(self.measured[base]) if self.measured.get(base) else -math.inf
-        for key, values in self.measured.items():
-            if values and statistics.mean(values) > best_value:
-                best, best_value = key, statistics.mean(values)
-        return self.recipes.get(best, self.baseline)
+    def tell(self, launched: bool) -> bool:
+        """Counts a proposal; False once MAX_STALE in a row had run already (the method proposes nothing new)."""
+        self.stale = 0 if launched else self.stale + 1
+        if self.stale >= MAX_STALE:
+            self.trace.stop = "%d proposals in a row had run already" % MAX_STALE
+            return False
+        return True
 
-    def launch(self, recipe: Recipe):
-        key = canonical(recipe)
-        self.recipes.setdefault(key, recipe)
-        self.n += 1
-        result = self.ev.launch(recipe, "%s|%d|%d" % (self.trace.method, self.seed, self.n))
-        if result.ok:
-            self.measured.setdefault(key, []).append(result.tokens)
-        self.trace.record(self.ev, recipe, result, self.incumbent())
-        return result
+    def start(self) -> None:
+        """The baseline's runs: until the ranking has the repeats it needs to measure the noise."""
+        self._launch(self.baseline, "baseline")
+        run = self.runs["r001"]
+        self.est = self.cost["r001"] if run.tokens is not None else _projected_cost(self.ev, self.baseline)
+        for _ in range(2 * BASELINE_REPEATS):
+            if not self.ranking().repeats_needed or not self.fits():
+                break
+            self._launch(self.baseline, "baseline")
+
+    def fits(self, runs: int = 1) -> bool:
+        return self.trace.spent + runs * self.est <= self.budget
 
     def room(self) -> bool:
-        """Room for one more trial and the final confirmation."""
-        return self.trace.spent + 2 * self.est <= self.budget
+        """Room for one more trial and its confirmation."""
+        return self.fits(2)
 
-    def finish(self) -> Trace:
-        base = canonical(self.baseline)
-        base_value = statistics.mean(self.measured[base]) if self.measured.get(base) else None
-        candidates = [(statistics.mean(v), k) for k, v in self.measured.items() if k != base and v]
-        shipped = self.baseline
-        if candidates:
-            value, key = max(candidates)
-            if base_value is None or value > base_value:
-                self.launch(self.recipes[key])  # the confirmation (room() kept the budget for it)
-                mean = statistics.mean(self.measured[key])
-                if base_value is None or mean > base_value * (1 + NOISE_FLOOR):
-                    shipped = self.recipes[key]
-        self.trace.shipped_recipe = shipped
-        self.trace.shipped = canonical(shipped)
-        self.trace.shipped_measured = statistics.mean(self.measured[self.trace.shipped]) \
-            if self.measured.get(self.trace.shipped) else None
-        self.trace.baseline_measured = base_value
-        # the incumbent after the confirmation is what ships
-        if self.trace.timeline:
-            self.trace.timeline[-1] = (self.trace.timeline[-1][0], self.ev.truth(shipped).tokens)
-        return self.trace
+    def trial(self, recipe: Recipe) -> tuple:
+        """``(measured tokens/s/GPU or None, launched)``: run ``recipe`` as a candidate, then settle what the
+        ranking asks. A recipe that ran already (the baseline included) is not run again: its measurement so
+        far (the geometric mean of its runs) is the answer."""
+        sha = _sha(recipe)
+        if sha in self.recipes:
+            found = self.ranking().recipes.get(sha)
+            return (found.score if found is not None else None), False
+        run_id = self._launch(recipe, "candidate", parent="r001", lever="combination")
+        self.runs[run_id].gate = "pass"
+        self.settle()
+        return self.runs[run_id].tokens, True
+
+    def settle(self) -> None:
+        while self.fits():
+            waiting = pending(self.ranking())
+            if not waiting:
+                return
+            sha, again = sorted(waiting.items(), key=lambda item: self.order[self._first(item[0])])[0]
+            run = again or self._first(sha)
+            view = self.runs[run]
+            self._launch(self.recipes[view.recipe], "confirm" if again is None else "repeat", parent=run,
+                         lever=view.lever)
+
+    def _first(self, sha: str) -> str:
+        return min((r.run for r in self.runs.values() if r.recipe == sha), key=lambda run: self.order[run])
+
+
+def _draw_legal(method: _ModelFree, propose) -> Optional[Recipe]:
+    """Draws from ``propose()`` (a combination, or None when the method has no more) until one may launch;
+    refusals (illegal, or projected not to fit) cost nothing and are counted."""
+    for _ in range(MAX_DRAWS):
+        choice = propose()
+        recipe, why = compose(method.baseline, method.dims, choice)
+        if why and why != "baseline":
+            method.trace.illegal += 1
+            method.refused(choice, why)
+            continue
+        return recipe
+    method.trace.stop = "%d refused draws in a row" % MAX_DRAWS
+    return None
 
 
 def run_random(ev: Evaluator, baseline: Recipe, budget: float, seed: int, dims: list) -> Trace:
     method = _ModelFree("random", ev, baseline, budget, seed, dims)
     rng = random.Random("random-search|%d" % seed)
-    first = method.launch(method.baseline)
-    method.est = first.cost if first.ok else _projected_cost(ev, method.baseline)
+    method.start()
     while method.room():
-        for _ in range(MAX_DRAWS):
-            choice = {lever.id: rng.choice([KEEP] + list(alts)) for lever, alts in dims}
-            recipe, why = compose(method.baseline, dims, choice)
-            if why and why != "baseline":
-                method.trace.illegal += 1
-                continue
+        recipe = _draw_legal(method, lambda: {lever.id: rng.choice([KEEP] + list(alts)) for lever, alts in dims})
+        if recipe is None or not method.tell(method.trial(recipe)[1]):
             break
-        else:
-            method.trace.stop = "%d illegal draws in a row" % MAX_DRAWS
-            break
-        method.launch(recipe)
     else:
         method.trace.stop = "budget"
-    return method.finish()
+    return method.ship()
 
 
 def run_tpe(ev: Evaluator, baseline: Recipe, budget: float, seed: int, dims: list) -> Trace:
@@ -430,28 +473,31 @@ def run_tpe(ev: Evaluator, baseline: Recipe, budget: float, seed: int, dims: lis
     sampler = optuna.samplers.TPESampler(seed=seed)
     study = optuna.create_study(direction="maximize", sampler=sampler)
     space = {lever.id: CategoricalDistribution([KEEP] + list(alts)) for lever, alts in dims}
+    method.start()
     study.enqueue_trial({lever.id: KEEP for lever, _ in dims})
+    asked = {}
+
+    def propose():
+        asked["trial"] = study.ask(space)
+        return asked["trial"].params
+
+    def refused(choice, why):
+        study.tell(asked["trial"], state=TrialState.FAIL)
+    method.refused = refused
     first = True
-    while first or method.room():
-        for _ in range(MAX_DRAWS):
-            trial = study.ask(space)
-            recipe, why = compose(method.baseline, dims, trial.params)
-            if why and why != "baseline":
-                method.trace.illegal += 1
-                study.tell(trial, state=TrialState.FAIL)
-                continue
+    while method.room():
+        recipe = _draw_legal(method, propose)
+        if recipe is None:
             break
-        else:
-            method.trace.stop = "%d illegal draws in a row" % MAX_DRAWS
-            break
-        result = method.launch(recipe)
-        if first:
-            method.est = result.cost if result.ok else _projected_cost(ev, method.baseline)
-            first = False
-        if result.ok:
-            study.tell(trial, result.tokens)
+        trial = asked["trial"]
+        value, launched = method.trial(recipe)  # the enqueued baseline first: its runs so far
+        if value is not None:
+            study.tell(trial, value)
         else:
             study.tell(trial, state=TrialState.FAIL)
+        if not method.tell(launched or first):
+            break
+        first = False
     else:
         method.trace.stop = "budget"
-    return method.finish()
+    return method.ship()
