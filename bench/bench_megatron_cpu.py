@@ -63,6 +63,31 @@ VARIANTS = {
 }
 
 
+# --factorial: every combination of these levels (the first of each is the recipe as written), so that a search
+# benchmark can replay a measured run for any combination of these levers
+FACTORS = (
+    ("mbs", (("1", []), ("2", [_set("--micro-batch-size", "2")]), ("4", [_set("--micro-batch-size", "4")]))),
+    ("recompute", (("full", []), ("selective", RECOMPUTE[1:] + [_set("--recompute-granularity", "selective")]),
+                   ("none", RECOMPUTE))),
+    ("workers", (("default", []), ("0", [_set("--num-workers", "0")]))),
+    ("dist-opt", (("off", []), ("on", [_set("--use-distributed-optimizer")]))),
+)
+
+
+def factorial() -> dict:
+    """``{name: (changes, what)}`` for every combination of ``FACTORS``; the all-first combination is "baseline"."""
+    out = {}
+    combos = [[]]
+    for factor, levels in FACTORS:
+        combos = [combo + [(factor, level, changes)] for combo in combos for level, changes in levels]
+    for combo in combos:
+        moved = [(factor, level) for (factor, level, _c), (_f, levels) in zip(combo, FACTORS) if level != levels[0][0]]
+        name = "+".join("%s-%s" % pair for pair in moved) or "baseline"
+        out[name] = ([change for _f, _l, changes in combo for change in changes],
+                     ", ".join("%s %s" % (factor, level) for factor, level, _c in combo))
+    return out
+
+
 def run_once(recipe: Recipe, workdir: Path, timeout_s: float = 600.0) -> dict:
     """One run as the local backend runs it; its score and its wall time."""
     out = workdir / "pod_hooks"
@@ -90,7 +115,12 @@ def main(argv=None) -> int:
     parser.add_argument("--only", default="", help="comma-separated variant names (baseline is always run)")
     parser.add_argument("--out", default=str(REPO / "bench" / "results" / "megatron_cpu.json"))
     parser.add_argument("--keep", default="", help="keep every run's folder (its log) under this directory")
+    parser.add_argument("--factorial", action="store_true",
+                        help="every combination of FACTORS instead of the one-change variants (36 of them)")
     args = parser.parse_args(argv)
+    if args.factorial:
+        VARIANTS.clear()
+        VARIANTS.update(factorial())
     names = [n for n in VARIANTS if not args.only or n == "baseline" or n in args.only.split(",")]
     megatron = megatron_cpu.find()
     missing = megatron_cpu.missing_packages()
@@ -114,14 +144,22 @@ def main(argv=None) -> int:
             print("[%d/%d] %s round %d: %s tokens/s/GPU (%.0f s)%s" % (
                 done, total, name, round_no, "%.1f" % row["tokens_per_s_per_gpu"] if row["tokens_per_s_per_gpu"]
                 else "n/a", row["wall_s"], "" if row["why"] is None else ": " + row["why"]), flush=True)
-    table = summarize(results)
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps({"host_cpus": os.cpu_count(), "megatron": str(megatron),
-                                          "repeats": args.repeats, "variants": table, "runs": results},
-                                         indent=1) + "\n")
+            _write(args, megatron, results)  # after every run: a long measurement stopped early keeps its runs
+    table = _write(args, megatron, results)
     print(render(table))
     print("runs kept in %s; results in %s" % (keep, args.out))
     return 0
+
+
+def _write(args, megatron, results: dict) -> dict:
+    table = summarize({name: rows for name, rows in results.items() if rows or name == "baseline"})
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps({"host_cpus": os.cpu_count(), "megatron": str(megatron),
+                                          "repeats": args.repeats, "factorial": args.factorial,
+                                          "factors": [[f, [level for level, _c in levels]] for f, levels in FACTORS]
+                                          if args.factorial else None,
+                                          "variants": table, "runs": results}, indent=1) + "\n")
+    return table
 
 
 def summarize(results: dict) -> dict:
