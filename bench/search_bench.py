@@ -2,8 +2,9 @@
 GPU-hour budgets, on a SIMULATED evaluator. Nothing here runs on a GPU or measures hardware.
 
     .venv/bin/pip install optuna                       # or: pip install -e '.[bench]'
-    .venv/bin/python bench/search_bench.py --out bench/out/search.json          # 4 truths x 5 workloads x 10 seeds
+    .venv/bin/python bench/search_bench.py --out bench/out/search.json          # 4 truths x 5 workloads + the CPU table
     .venv/bin/python bench/search_bench.py --truths params interact residual    # the truths not our own model
+    .venv/bin/python bench/search_bench.py --truths cpu-table                   # replayed real CPU measurements
     .venv/bin/python bench/search_bench.py --quick                              # smoke run, < 1 min
     .venv/bin/python bench/search_bench.py --workloads llama3_70b deepseek_v3 --seeds 20 --budget-runs 40
     .venv/bin/python bench/search_bench.py --truth-key projected --spread within   # sensitivity variants
@@ -266,13 +267,21 @@ def run_one(task: dict) -> dict:
     from search import methods
     from search.evaluator import Evaluator, canonical
     name, seed = task["workload"], task["seed"]
-    wl, text = workloads_mod.load(name)
-    base = workload_mod.enforce(Recipe(text, name))
-    if name not in _DIMS:
-        _DIMS[name] = methods.dimensions(base)
+    if task["truth"] == "cpu-table":
+        from search.table import TableEvaluator
+        ev = TableEvaluator(seed)
+        base = ev.baseline
+        if name not in _DIMS:
+            _DIMS[name] = methods.dimensions(base, ev.allowed)
+    else:
+        wl, text = workloads_mod.load(name)
+        base = workload_mod.enforce(Recipe(text, name))
+        if name not in _DIMS:
+            _DIMS[name] = methods.dimensions(base)
+        ev = Evaluator(text, wl.moe, seed, truth_key=task["truth_key"], spread=task["spread"],
+                       memory_sd=task["memory_sd"], startup_s=task["startup_s"], truth=task["truth"],
+                       workload=name)
     dims = _DIMS[name]
-    ev = Evaluator(text, wl.moe, seed, truth_key=task["truth_key"], spread=task["spread"],
-                   memory_sd=task["memory_sd"], startup_s=task["startup_s"], truth=task["truth"], workload=name)
     budget = task["budget_runs"] * ev.expected_cost()
     base_truth = ev.truth(base)
     out = {"workload": name, "seed": seed, "truth": task["truth"], "budget": budget,
@@ -403,6 +412,11 @@ def _num(value, fmt="%.1f") -> str:
     return "-" if value is None else fmt % value
 
 
+def _hours(value) -> str:
+    """GPU-hours: whole numbers, two decimals below 10 (the CPU table's whole budget is 0.4)."""
+    return "-" if value is None else ("%.0f" % value if value >= 10 else "%.2f" % value)
+
+
 def table(summary: dict, methods: tuple) -> str:
     lines = []
     head = ("%-14s %-8s %17s %7s %6s %6s %14s %14s %9s %6s %8s %9s" %
@@ -416,8 +430,8 @@ def table(summary: dict, methods: tuple) -> str:
             lines.append("%-14s %-8s %9s (%5.1f%%) %4d/%-2d %6d %6d %14s %14s %9s %6s %8s %8.0f%%" % (
                 name, method, _pct(m["gain_mean"]), 100 * m["gain_sd"], m["shipped_non_baseline"], s["seeds"],
                 m["won_on_noise"], m["shipped_worse"],
-                "%s (never %d)" % (_num(m["gpu_hours_to_95_mean"], "%.0f"), m["never_95"]),
-                "%s (never %d)" % (_num(m["gpu_hours_to_half_gain_mean"], "%.0f"), m["never_half_gain"]),
+                "%s (never %d)" % (_hours(m["gpu_hours_to_95_mean"]), m["never_95"]),
+                "%s (never %d)" % (_hours(m["gpu_hours_to_half_gain_mean"]), m["never_half_gain"]),
                 _num(m["oom_gpu_hours_mean"], "%.1f"), _num(m["ooms_mean"]), _num(m["illegal_mean"]),
                 100 * m["spent_fraction"]))
         lines.append("%-14s budget %.1f GPU-h = %s baseline runs; baseline true %.1f tokens/s/GPU; %d levers, "
@@ -455,7 +469,7 @@ def paired_table(summaries: dict) -> str:
                 c = s["planner_vs_%s" % other]
                 mark = "" if c["not_significantly_worse"] else " (below at 2 SE)"
                 cells.append("%+.1f ± %.1f%s" % (100 * c["diff_mean"], 100 * c["diff_se"], mark))
-            hours = " / ".join("%s (never %d)" % (_num(s["methods"][m]["gpu_hours_to_95_mean"], "%.0f"),
+            hours = " / ".join("%s (never %d)" % (_hours(s["methods"][m]["gpu_hours_to_95_mean"]),
                                                   s["methods"][m]["never_95"]) for m in METHODS)
             lines.append("| %s | %s | %s | %s | %s |" % (truth, name, cells[0], cells[1], hours))
     return "\n".join(lines) + "\n"
@@ -484,7 +498,7 @@ def main(argv=None) -> int:
     parser.add_argument("--budget-runs", type=float, default=30.0,
                         help="budget per workload and seed, in true baseline-run costs (default 30)")
     parser.add_argument("--methods", nargs="+", choices=METHODS, default=list(METHODS))
-    parser.add_argument("--truths", nargs="+", choices=TRUTHS, default=list(TRUTHS),
+    parser.add_argument("--truths", nargs="+", choices=TRUTHS + ("cpu-table",), default=list(TRUTHS) + ["cpu-table"],
                         help="the truths to run (evaluator.py): own is the planner's own model, a reference")
     parser.add_argument("--truth-key", choices=("config", "projected"), default="config",
                         help="the own truth's key (the others key on the projected job)")
@@ -506,7 +520,8 @@ def main(argv=None) -> int:
     tasks = [{"workload": name, "seed": args.seed_offset + seed, "budget_runs": args.budget_runs,
               "truth_key": args.truth_key, "spread": args.spread, "memory_sd": args.memory_sd, "startup_s": startup,
               "methods": tuple(args.methods), "truth": truth}
-             for truth in args.truths for name in args.workloads for seed in range(args.seeds)]
+             for truth in args.truths for name in (["gpt_tiny_cpu"] if truth == "cpu-table" else args.workloads)
+             for seed in range(args.seeds)]
     # longest first, so the two workers finish together
     weight = {"llama31_405b": 3, "deepseek_v3": 2}
     tasks.sort(key=lambda t: -weight.get(t["workload"], 1))
@@ -529,7 +544,7 @@ def main(argv=None) -> int:
     summaries = {}
     for truth in args.truths:
         summary = summarize([r for r in results if r["truth"] == truth], tuple(args.methods))
-        summary = {name: summary[name] for name in args.workloads if name in summary}
+        summary = {name: summary[name] for name in args.workloads + ["gpt_tiny_cpu"] if name in summary}
         for s in summary.values():
             s["budget_runs"] = "%g" % args.budget_runs
         summaries[truth] = summary
@@ -539,13 +554,18 @@ def main(argv=None) -> int:
                          REPO / "skill/scripts/projection/params.json", REPO / "bench/search/evaluator.py",
                          REPO / "bench/search/methods.py"]}
     rows = workloads_mod.dataset.load()[0]
-    described = {name: workloads_mod.build(name, rows).describe() for name in args.workloads}
+    ran = {r["workload"] for r in results}
+    described = {name: workloads_mod.build(name, rows).describe() for name in args.workloads if name in ran}
+    if "gpt_tiny_cpu" in ran:
+        described["gpt_tiny_cpu"] = ("tiny GPT on this host's CPU (harness/recipes/gpt_tiny_cpu.yaml, TP1 x DP2 over gloo): "
+                                     "the cpu-table truth replays measured runs of bench/results/"
+                                     "megatron_cpu_factorial.json (bench/search/table.py)")
     print("SIMULATED search-efficiency benchmark: %d workload(s) x %d seed(s) x %d truth(s), budget %g baseline "
           "runs, memory sd %.2f, startup %.0f s; own truth: key %s, spread %s (sd dense %.4f, MoE %.4f)"
-          % (len(args.workloads), args.seeds, len(args.truths), args.budget_runs, args.memory_sd, startup,
+          % (len(described), args.seeds, len(args.truths), args.budget_runs, args.memory_sd, startup,
              args.truth_key, args.spread, stats["dense"]["sd_loo" if args.spread == "loo" else "sd_within"],
              stats["moe"]["sd_loo" if args.spread == "loo" else "sd_within"]))
-    for name in args.workloads:
+    for name in described:
         print("  " + described[name])
     print("  code: " + ", ".join("%s %s" % item for item in code.items()))
     print()
@@ -563,8 +583,7 @@ def main(argv=None) -> int:
         payload = {"config": dict(vars(args)), "startup_s": startup, "error_stats": stats, "code_sha256": code,
                    "workloads": described, "summary": summaries,
                    "verdict": verdict(summaries) if len(args.methods) == 3 else None, "wall_s": wall,
-                   "results": sorted(results, key=lambda r: (args.truths.index(r["truth"]),
-                                                             args.workloads.index(r["workload"]), r["seed"]))}
+                   "results": sorted(results, key=lambda r: (args.truths.index(r["truth"]), r["workload"], r["seed"]))}
         path.write_text(json.dumps(payload, indent=1, default=str), encoding="utf-8")
         print("wrote %s" % path)
     return 0

@@ -252,8 +252,13 @@ class PlannerDriver(Campaign):
             state.leader_measured = policy.Measured(tokens_per_s_per_gpu=lead_view.score,
                                                     step_s=statistics.median(steps),
                                                     max_reserved_gib=max(memory) if memory else None)
+            levers = base.levers
+            if hasattr(self.ev, "allowed"):  # a measured table: only the alternatives it measured
+                levers = [dataclasses.replace(lever, alternatives=tuple(
+                    alt for alt in lever.alternatives if self.ev.allowed(lever.id, alt.name))) for lever in levers]
+                levers = [lever for lever in levers if lever.alternatives]
             state.levers, state.leader_prediction, state.predictions = \
-                base.levers, base.leader_prediction, base.predictions
+                levers, base.leader_prediction, base.predictions
             state.lineage = policy.project_lineage(self.lineage(rank, leader, recipe, tried), self.gpu)
             state.moe = "--num-experts" in recipe.args()
         return state
@@ -296,7 +301,8 @@ class PlannerDriver(Campaign):
                 leader_recipe = self.recipes[rank.leader.sha]
                 try:
                     child = space_mod.apply(leader_recipe, alt)
-                    why = space_mod.check(leader_recipe, child, self.baseline, self.gpu, None)
+                    why = space_mod.check(leader_recipe, child, self.baseline, self.gpu, None) or \
+                        _unmeasured(self.ev, child)
                 except AttuneError as exc:
                     why = str(exc)
                 if why:  # never expected: the space holds checked alternatives only
@@ -341,13 +347,29 @@ def run_planner(ev: Evaluator, baseline: Recipe, budget: float, seed: int) -> Tr
 
 
 # ------------------------------------------------------------------------------------------ model-free methods
-def dimensions(baseline: Recipe) -> list:
-    """``[(lever, {name: Alternative})]`` for every lever of ``space(baseline)``: the shared search space."""
+def dimensions(baseline: Recipe, allowed=None) -> list:
+    """``[(lever, {name: Alternative})]`` for every lever of ``space(baseline)``: the shared search space
+    (only the alternatives ``allowed(lever id, name)`` keeps, when given)."""
     levers = space_mod.space(baseline, baseline, gpu=_gpu(baseline))
-    return [(lever, {alt.name: alt for alt in lever.alternatives}) for lever in levers]
+    out = []
+    for lever in levers:
+        alts = {alt.name: alt for alt in lever.alternatives if allowed is None or allowed(lever.id, alt.name)}
+        if alts:
+            out.append((lever, alts))
+    return out
 
 
-def compose(baseline: Recipe, dims: list, choice: dict) -> tuple:
+def _unmeasured(ev, recipe) -> str:
+    """Why the evaluator cannot run ``recipe`` (a measured table's missing cell), or empty."""
+    if not hasattr(ev, "allowed"):
+        return ""
+    try:
+        return ev.truth(recipe).error
+    except ValueError as exc:
+        return str(exc)
+
+
+def compose(baseline: Recipe, dims: list, choice: dict, ev=None) -> tuple:
     """(recipe, why-not) for a combination ``{lever id: alternative name or KEEP}``; why-not is empty when
     it may launch, ``"baseline"`` when it changes nothing. The checks are ``candidate new --gpu``'s, which
     any agent gets: ``planner.space.check`` and the projection's memory pre-filter (a combination projected
@@ -368,6 +390,8 @@ def compose(baseline: Recipe, dims: list, choice: dict) -> tuple:
         pred = space_mod.project_recipe(recipe)
         if pred is not None and pred.ok and not pred.fits:
             why = "memory: projected %.1f GiB, %.1f usable" % (pred.memory_gib, pred.usable_gib)
+    if not why and ev is not None:
+        why = _unmeasured(ev, recipe)
     return recipe, why
 
 
@@ -441,7 +465,7 @@ def _draw_legal(method: _ModelFree, propose) -> Optional[Recipe]:
     refusals (illegal, or projected not to fit) cost nothing and are counted."""
     for _ in range(MAX_DRAWS):
         choice = propose()
-        recipe, why = compose(method.baseline, method.dims, choice)
+        recipe, why = compose(method.baseline, method.dims, choice, method.ev)
         if why and why != "baseline":
             method.trace.illegal += 1
             method.refused(choice, why)
