@@ -608,8 +608,7 @@ def _walk(base, eligible: list, share: float, floor: float, chain: Optional[list
         se = math.sqrt((held_ss + recipe.ss) / df) * math.sqrt(1.0 / recipe.n + 1.0 / leader.n)
         if se > 0 and d / se <= t_quantile(1 - look_level(share, recipe.n), df) * (1 - 1e-9):
             continue
-        sd, df = pooled((base, leader, recipe))
-        step = least_share(d, recipe.n, leader.n, sd, df, floor)
+        step = least_share(d, recipe.n, leader.n, math.sqrt((held_ss + recipe.ss) / df), df, floor)  # = pooled's
         if share > step:
             chain.append(recipe)
             leasts.append(max(leasts[-1], step))

@@ -3,7 +3,7 @@
 The leader test and the gain intervals need t quantiles at the pooled degrees of freedom, which are always a
 whole number (a sum of runs-minus-one). For whole ``df`` the distribution function has a finite closed form
 (Abramowitz and Stegun 26.7.3 and 26.7.4, in the angle ``theta = atan(t / sqrt(df))``), so the quantile is
-found by Newton's method on an exact function (started from the Cornish-Fisher expansion): no series is cut
+found by Halley's method on an exact function (started from the Cornish-Fisher expansion): no series is cut
 short and no table is interpolated. The tests check
 both against SciPy's ``stdtr`` and ``stdtrit``.
 """
@@ -59,9 +59,9 @@ def t_quantile(p: float, df: int) -> float:
     """The ``t`` with ``P(T <= t) = p`` (0 < p < 1), as closely as the distribution function's rounding allows
     (about 1e-12 relative at the leader test's levels; 1e-10 at p = 1 - 1e-6).
 
-    Newton's method on the exact distribution function, kept inside a bracket: for ``t > 0`` the function is
-    concave, so from the right of the root one step lands left of it and the steps then climb to it without
-    overshooting; a step that leaves the bracket is replaced by bisection."""
+    Halley's method (Newton's with the density's slope, cubic near the root) on the exact distribution
+    function, kept inside a bracket of the points seen on either side of the root: a step that leaves it is
+    replaced by bisection (or a doubling while no point above the root is known)."""
     if not 0 < p < 1:
         raise ValueError("p must lie strictly between 0 and 1, not %r" % (p,))
     if df < 1 or int(df) != df:
