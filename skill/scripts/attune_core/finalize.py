@@ -79,6 +79,14 @@ def finalize(campaign: Campaign, facts: RunFacts) -> dict:
         campaign.charge(facts.run, facts.gpus, max(0.0, facts.ended - facts.started), what="run")
     if existing:
         return existing[-1]
+    return campaign.append("result", **derive(facts))
+
+
+def derive(facts: RunFacts) -> dict:
+    """The payload of the run's ``result`` row: its log parsed and scored into the metrics columns, the log's
+    SHA-256, the status and a failure's triage. The one derivation: ``finalize`` records it and ``attune verify
+    --replay`` (``replay.py``) computes it again from the same evidence. Reads only the log and ``facts``
+    (``started`` and ``ended`` are the charge's, not the row's)."""
     log = Path(facts.log_path)
     parsed, log_sha, lines = {"steps": [], "failures": [], "warnings": ["no log at %s" % log]}, None, None
     if log.is_file():
@@ -107,7 +115,7 @@ def finalize(campaign: Campaign, facts: RunFacts) -> dict:
     notes = warnings + list(parsed.get("warnings", []))
     if notes:
         payload["warnings"] = notes
-    return campaign.append("result", **payload)
+    return payload
 
 
 CRASH_SCAN_BYTES = 8 << 20  # bounds finalize's memory: the lines of a log this size take about 30 MB

@@ -203,25 +203,38 @@ def finalize(campaign: Campaign, settings, run: str, hang_after_s: float = HANG_
         status = backend.teardown(run_dir)
     else:
         events = tuple(backend.events(run))
-    recipe = Recipe.load(run_dir / "recipe.yaml")
-    seq = recipe.args().get("--seq-length")
-    try:
-        log = backend.log_path(run_dir)
-    except CheckFailed as exc:  # no log to read (the run never started): finalize says so
-        log = run_dir / "log.txt.unavailable"
-        events = events + ("log unavailable: %s" % exc,)
+    seq = seq_length(run_dir)
+    log, unavailable = ended_log(backend, run_dir)
+    if unavailable:
+        events = events + (unavailable,)
     started, ended = status.started or status.ended or 0.0, status.ended or status.started or 0.0
     simulated = simulated_seconds(log) if launches[run].get("simulated") else None
     if simulated is not None:  # charged for the time the simulated run stands for, not the seconds it took here
         ended = started + simulated
     facts = RunFacts(run=run, log_path=log, exit_code=status.exit_code, started=started, ended=ended,
-                     gpus=launches[run]["gpus"], seq_length=int(seq) if isinstance(seq, str) and seq.isdigit()
-                     else None, events=events, seconds_without_progress=quiet, hang_after_s=hang_after_s,
-                     backend_message=status.message)
+                     gpus=launches[run]["gpus"], seq_length=seq, events=events, seconds_without_progress=quiet,
+                     hang_after_s=hang_after_s, backend_message=status.message)
     row = finalize_run(campaign, facts)
     if status.state != "torn_down":  # the run is recorded: release what it still holds
         backend.teardown(run_dir)
     return row
+
+
+def seq_length(run_dir: Path) -> Optional[int]:
+    """The sequence length a run's recipe (``runs/<run>/recipe.yaml``) gives Megatron, which does not print it per
+    step; None when the recipe sets none."""
+    seq = Recipe.load(run_dir / "recipe.yaml").args().get("--seq-length")
+    return int(seq) if isinstance(seq, str) and seq.isdigit() else None
+
+
+def ended_log(backend, run_dir: Path) -> tuple:
+    """An ended run's log as a local file, through ``backend.log_path`` (on KubeRay, copied out through the log
+    pod), and None; or, where there is none to read (the run never started), the path finalize records as
+    missing and the event that says why, which triage reads."""
+    try:
+        return backend.log_path(run_dir), None
+    except CheckFailed as exc:
+        return run_dir / "log.txt.unavailable", "log unavailable: %s" % exc
 
 
 def _recipe_text(path: Path) -> str:
