@@ -227,37 +227,51 @@ def _summary(result: dict) -> dict:
             "overrides_sha256": result["rules"]["overrides_sha256"], "steps": conv["steps"]}
 
 
-def gate_campaign_run(campaign, settings, run: str, extra_repeats=(), steps=DEFAULT_STEPS, rules_file=None) -> dict:
-    """Gate a finalized run of ``campaign`` against its baseline; write ``runs/<run>/gate.json`` and a
-    ``gate`` ledger row. The reference is the earliest finished baseline run; the other finished runs
-    of the baseline's recipe are its reruns."""
+def campaign_inputs(rows: list, run: str, campaign_id: str) -> tuple:
+    """What a campaign's gate of ``run`` compares, from the ledger ``rows`` as they stood when it was gated: the
+    reference (the launch row of the earliest finished baseline run) and the runs of the reference's recipe that
+    are its reruns (the other finished runs of that recipe, in launch order)."""
     from attune_core.errors import CheckFailed
-    from attune_core.report import atomic_write
 
-    rows = campaign.ledger.rows()
     launches = {row["run"]: row for row in rows if row["kind"] == "launch"}
     finished = {row["run"] for row in rows if row["kind"] == "result" and row["status"] == "finished"}
     if run not in launches:
         raise InputError("run %s was never launched in campaign %s. Fix: `attune status` lists its runs"
-                         % (run, campaign.id))
+                         % (run, campaign_id))
     if run not in finished:
         raise CheckFailed("run %s has no finished result: finalize it first (a failed run cannot pass the gate)" % run)
     baselines = sorted((row for row in launches.values() if row["purpose"] == "baseline" and row["run"] in finished),
                        key=lambda row: (row["ts"], row["run"]))
     if not baselines:
         raise CheckFailed("campaign %s has no finished baseline run to gate against. Fix: launch and finalize the "
-                          "baseline first" % campaign.id)
+                          "baseline first" % campaign_id)
     reference = baselines[0]
     reruns = [row["run"] for row in sorted(launches.values(), key=lambda row: (row["ts"], row["run"]))
               if row["recipe_sha256"] == reference["recipe_sha256"] and row["run"] in finished
               and row["run"] not in (reference["run"], run)]
+    return reference, reruns
+
+
+def row_payload(result: dict) -> dict:
+    """The ``gate`` ledger row's payload for a campaign's verdict (``result`` from ``run_gate`` with its ``run`` and
+    ``against``): what ``gate_campaign_run`` records and ``attune verify --replay`` derives again."""
+    return {"run": result["run"], "verdict": result["verdict"], "against": result["against"],
+            "checks": _summary(result), "reasons": result["reasons"]}
+
+
+def gate_campaign_run(campaign, settings, run: str, extra_repeats=(), steps=DEFAULT_STEPS, rules_file=None) -> dict:
+    """Gate a finalized run of ``campaign`` against its baseline; write ``runs/<run>/gate.json`` and a
+    ``gate`` ledger row. The reference is the earliest finished baseline run; the other finished runs
+    of the baseline's recipe are its reruns."""
+    from attune_core.report import atomic_write
+
+    reference, reruns = campaign_inputs(campaign.ledger.rows(), run, campaign.id)
     rules = Rules(overrides=rules_file or getattr(settings, "gate_rules", "") or None)
     result = run_gate(campaign.run_dir(reference["run"]), campaign.run_dir(run),
                       [campaign.run_dir(r) for r in reruns] + list(extra_repeats), steps, rules)
     result["run"], result["against"] = run, reference["run"]
     atomic_write(campaign.run_dir(run) / "gate.json",
                  (json.dumps(result, indent=2, sort_keys=True, default=str) + "\n").encode("utf-8"))
-    row = campaign.append("gate", run=run, verdict=result["verdict"], against=reference["run"],
-                          checks=_summary(result), reasons=result["reasons"])
+    row = campaign.append("gate", **row_payload(result))
     result["ledger_seq"] = row["seq"]
     return result
