@@ -97,7 +97,9 @@ def cmd_doctor(args) -> int:
     return EXIT_OK
 
 
-@verb("verify", "check the hash chains of ledger.jsonl and gpu_hours.jsonl; name the first bad row")
+@verb("verify", "check the hash chains of ledger.jsonl and gpu_hours.jsonl; name the first bad row; --replay also "
+                "derives every result row again from its run's log and every gate row from its run directories and "
+                "the rules, and names the first row its evidence does not give")
 def cmd_verify(args) -> int:
     campaign = campaign_mod.Campaign(_dir(args))
     campaign.require_ledger()
@@ -113,6 +115,13 @@ def cmd_verify(args) -> int:
     if mismatch:
         data["campaign_mismatch"] = mismatch
         lines.append("campaign: %s" % mismatch)
+    replayed = None
+    if args.replay and data["ok"]:  # rows are derived again only from a chain that holds
+        from . import replay as replay_mod
+        replayed = replay_mod.replay(campaign, campaign.settings())
+        data["replay"] = replayed.as_dict()
+        data["ok"] = replayed.ok
+        lines.append("replay: %s" % replayed.summary())
     lines.append("ok: %s" % ("yes" if data["ok"] else "no"))
     _emit(args, data, "\n".join(lines))
     if not data["ok"]:
@@ -121,6 +130,8 @@ def cmd_verify(args) -> int:
                 print("attune verify: %s" % report.summary(), file=sys.stderr)
         if mismatch:
             print("attune verify: %s" % mismatch, file=sys.stderr)
+        if replayed is not None and not replayed.ok:
+            print("attune verify --replay: %s" % replayed.mismatch.text(), file=sys.stderr)
         return IntegrityError.exit_code
     return EXIT_OK
 
@@ -692,6 +703,11 @@ def build_parser() -> argparse.ArgumentParser:
         if name == "init":
             p.add_argument("--campaign-id", help="id for the new campaign (default: <prefix>-<UTC time>)")
             p.add_argument("--note", help="a note on the campaign, shown at the top of RESULTS.md")
+        elif name == "verify":
+            p.add_argument("--replay", action="store_true",
+                           help="also derive every result row again from its run's raw log (through the log pod on "
+                                "KubeRay) and every gate row from its run directories and the rules; exit 3 naming "
+                                "the first row its evidence does not give, or whose evidence is missing")
         elif name == "settings":
             p.add_argument("--example", action="store_true", help="print config.example.env")
             p.add_argument("--check-files", action="store_true",

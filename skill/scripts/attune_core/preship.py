@@ -65,6 +65,13 @@ def run_all(context: ShipContext) -> list:
     return outcomes
 
 
+def _replay(context: ShipContext):
+    """Every result and gate row derived again from its evidence (``attune verify --replay``)."""
+    from . import replay  # imported where used: it reads every run's log
+    outcome = replay.replay(context.snapshot.campaign, context.snapshot.settings)
+    return outcome.ok, outcome.summary()
+
+
 def _leader(context: ShipContext):
     if context.recipe is None or context.run is None:
         return False, "there is no leader with a rankable run"
@@ -119,6 +126,7 @@ def _recipe_file(context: ShipContext):
     return True, "%s matches the ledger's recipe_sha256" % path.name
 
 
+register("replay", _replay)
 register("leader", _leader)
 register("gate", _gate)
 register("integrity_violation", _violation)

@@ -133,7 +133,7 @@ def _type_ok(value, kind):
     return _checker(kind)(value)
 
 
-_ENVELOPE = ("schema_version", "campaign", "seq", "ts", "kind", "prev")
+ENVELOPE = ("schema_version", "campaign", "seq", "ts", "kind", "prev")  # around every row's payload
 _PY_TYPES = {"str": (str,), "int": (int,), "number": (int, float), "bool": (bool,), "list": (list,),
              "list[str]": (list,), "object": (dict,)}
 _COMPILED = {}
@@ -154,7 +154,7 @@ def _compile(kinds, kind):
         types[field] = frozenset(accepted + ((type(None),) if ftype.endswith("?") else ()))
         if base.startswith("enum:") or base == "list[str]":
             extra[field] = _checker(ftype)
-    compiled = (frozenset(required), frozenset(required) | frozenset(optional) | frozenset(_ENVELOPE),
+    compiled = (frozenset(required), frozenset(required) | frozenset(optional) | frozenset(ENVELOPE),
                 types, extra, dict(required, **optional))
     _COMPILED[(id(kinds), kind)] = compiled
     return compiled

@@ -315,7 +315,9 @@ NOT_READ = {("rows", "out"): "an output: the file or folder the verb writes",
             ("candidate", "lever"): "a lever id; the catalog it is read from is the candidate-levers case",
             ("candidate", "pod_hook"): "a hook name", ("launch", "pod_hook"): "a hook name",
             ("gate", "run"): "a run id; a run directory's files are the gate-* cases",
-            ("profile", "run"): "a run id; its traces and recipe are the profile-* cases"}
+            ("profile", "run"): "a run id; its traces and recipe are the profile-* cases",
+            ("verify", "replay"): "a switch: the logs and run directories it reads are the campaign's own, and one "
+                                  "that is missing or changed is a replay failure (test_replay.py)"}
 
 
 def test_every_file_argument_has_a_case():

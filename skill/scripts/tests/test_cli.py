@@ -157,7 +157,7 @@ def test_budget_need_refuses_over_budget(tmp_path, capsys):
     assert "launch refused" in capsys.readouterr().err
 
 
-def test_report_ships_the_gated_leader(tmp_path):
+def test_report_ships_the_gated_leader(tmp_path, without_replay):
     campaign = fixture_copy(tmp_path)
     assert cli.main(["report", "--campaign", str(campaign)]) == 0
     shipped = (campaign / "recipe.yaml").read_bytes()
@@ -173,7 +173,7 @@ def test_report_ships_the_gated_leader(tmp_path):
     ("violation", "integrity_violation"),
     ("recipe", "recipe_file"),
 ])
-def test_report_refuses_to_ship(tmp_path, damage, reason):
+def test_report_refuses_to_ship(tmp_path, without_replay, damage, reason):
     campaign = fixture_copy(tmp_path)
     assert cli.main(["report", "--campaign", str(campaign)]) == 0
     if damage == "violation":
@@ -193,7 +193,7 @@ def test_installed_console_script_entry_point_is_the_cli():
     assert (SCRIPTS / "attune_core" / "cli.py").exists()
 
 
-def test_a_failed_gate_demotes_the_leader_and_the_baseline_ships(tmp_path):
+def test_a_failed_gate_demotes_the_leader_and_the_baseline_ships(tmp_path, without_replay):
     from attune_core.campaign import Campaign
     campaign = fixture_copy(tmp_path)
     Campaign(campaign).append("gate", run="r005", verdict="fail", against="r001", reasons=["loss off"])

@@ -382,3 +382,43 @@ def test_a_container_the_kernel_killed_for_memory_is_host_oom(kube, cluster_camp
     assert (failure["class"], failure["memory"], failure["source"]) == ("oom", "host", "events")
     assert failure["evidence"] == "Warning  OOMKilled  pod/%s-head  container ray-head terminated: OOMKilled, " \
                                   "exit code 137" % run
+
+
+def test_the_replay_reads_every_log_again_through_the_log_pod(kube, cluster_campaign):
+    from attune_core import replay, runs
+    campaign, settings = cluster_campaign
+    finished, failed = (runs.launch(campaign, settings, baseline=True, expected_gpu_hours=3.0)["run"] for _ in "ab")
+    for run, state, steps in ((finished, "SUCCEEDED", 20), (failed, "FAILED", 3)):
+        kube.rayjobs[("ml-tuning", run)]["status"] = {"jobStatus": state, "jobDeploymentStatus": "Complete",
+                                                      "startTime": "2026-11-02T09:00:00Z",
+                                                      "endTime": "2026-11-02T09:10:00Z"}
+        log = "\n".join(LINE.format(sec=i, it=i, cs=128 * i, ms=3400.0, loss=10 - 0.1 * i) for i in range(1, steps + 1))
+        kube.files[("log-reader", "/mnt/shared/%s/log.txt" % run)] = log.encode() + b"\n"
+        runs.finalize(campaign, settings, run)
+    kube.create_status = 403
+    with pytest.raises(CheckFailed, match="closed as submit_failed"):
+        runs.launch(campaign, settings, baseline=True, expected_gpu_hours=3.0)
+    closed = campaign.ledger.rows()[-1]["run"]
+    # the RayJobs are gone, their exit codes with them: the finished row is derived with exit code 0, the failed
+    # one on what its log gives, and the closed launch has no log
+    assert not kube.rayjobs
+    (campaign.run_dir(finished) / "log.txt").write_text("an edited local copy\n")  # never what the replay reads
+    del kube.execs[:]
+    assert replay.replay(campaign, settings).summary() == "3 result rows and 0 gate rows re-derived from their evidence"
+    assert sorted(kube.execs) == sorted(("log-reader", ["cat", "/mnt/shared/%s/log.txt" % run])
+                                        for run in (finished, failed, closed))
+    kube.files[("log-reader", "/mnt/shared/%s/log.txt" % closed)] = b"it ran after all\n"
+    mismatch = replay.replay(campaign, settings).mismatch
+    assert (mismatch.run, mismatch.field, mismatch.note) == (closed, "failure.class",
+                                                             "the run has a log, so its submission did not fail")
+    del kube.files[("log-reader", "/mnt/shared/%s/log.txt" % closed)]
+    remote = "/mnt/shared/%s/log.txt" % finished
+    kube.files[("log-reader", remote)] = kube.files[("log-reader", remote)].replace(b"3400.0", b"1700.0")
+    mismatch = replay.replay(campaign, settings).mismatch
+    assert (mismatch.run, mismatch.field, mismatch.recorded, mismatch.derived) == (finished, "metrics.step_ms[0]",
+                                                                                   3400.0, 1700.0)
+    assert mismatch.evidence == "%s (through log pod log-reader)" % remote
+    del kube.files[("log-reader", remote)]
+    mismatch = replay.replay(campaign, settings).mismatch
+    assert mismatch.field == "evidence" and mismatch.evidence == "%s (through log pod log-reader)" % remote
+    assert "No such file" in mismatch.note

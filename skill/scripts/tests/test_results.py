@@ -165,7 +165,7 @@ def test_kept_ancestors_of_the_leader_are_marked_kept(tmp_path):
         "baseline", "kept (the leader builds on it)", "kept (the leader builds on it)", "leader", "leader"]
 
 
-def test_the_band_and_the_gains_read_the_same_in_rank_status_results_and_report(tmp_path, capsys):
+def test_the_band_and_the_gains_read_the_same_in_rank_status_results_and_report(tmp_path, without_replay, capsys):
     b = _kept_campaign(tmp_path / "c")
     b.launch("r008", "repeat", "base", parent="r001")
     b.result("r008", 1000.0 / 1.03)  # 3% faster: the baseline's runs now differ
@@ -250,7 +250,7 @@ def test_the_report_shows_each_kept_change_removed_and_measured(tmp_path):
     assert ranking.leader.first.run == "r006"
 
 
-def test_a_change_the_stack_does_not_need_is_left_out_of_the_shipped_recipe(tmp_path):
+def test_a_change_the_stack_does_not_need_is_left_out_of_the_shipped_recipe(tmp_path, without_replay):
     b = _kept_campaign(tmp_path / "c")
     b.launch("r008", "repeat", "base", parent="r001")
     b.result("r008", 1010.0)

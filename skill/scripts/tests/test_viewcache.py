@@ -56,7 +56,7 @@ def test_a_changed_prefix_is_never_served_from_the_cache(tmp_path):
     assert cli.main(["rank", "--campaign", str(directory), "--no-chart"]) == 3
 
 
-def test_a_forged_cache_cannot_change_what_ships(tmp_path):
+def test_a_forged_cache_cannot_change_what_ships(tmp_path, without_replay):
     directory = fixture_copy(tmp_path)
     assert cli.main(["status", "--campaign", str(directory)]) == 0
     path = directory / viewcache.PATH
