@@ -11,10 +11,13 @@ broken), 2 usage.
 
 ``record`` writes ``.attune/integrity.json`` (atomically):
 
-* every *static* protected file: everything under ``.attune/skill/`` and ``.attune/harness/`` (folders
-  too, so an added or deleted file is caught), ``.attune/settings.env``, the hooks' settings file
-  ``.attune/claude_settings.json`` and the skill link ``.claude/skills/attune``: per path its type
-  (file, dir, symlink), SHA-256, size and mode bits, and a symlink's target (never followed).
+* every *static* protected file: everything under ``.attune/skill/``, ``.attune/harness/`` and
+  ``.attune/bin/`` (folders too, so an added or deleted file is caught), ``.attune/settings.env``, the
+  Claude Code settings file ``.attune/claude_settings.json``, and what Claude Code reads in the campaign
+  as settings, hooks, skills or instructions (``campaign_files.AGENT_CONFIG``: ``.claude/settings.json``,
+  ``.claude/settings.local.json``, ``.claude/hooks``, ``agents``, ``commands``, ``skills`` (the skill link),
+  ``CLAUDE.md``, ``.mcp.json``; one that did not exist is recorded as missing, so creating it is caught):
+  per path its type (file, dir, symlink), SHA-256, size and mode bits, and a symlink's target (never followed).
   Python's bytecode caches (``__pycache__``) are not recorded: ``verify`` accepts a cache file only
   when its code equals the recorded, unchanged source compiled by the verifying interpreter (a
   forged ``.pyc`` would run in place of its source); caches for another interpreter are refused, so
@@ -22,6 +25,8 @@ broken), 2 usage.
 * per append-only file (``ledger.jsonl``, ``gpu_hours.jsonl``, ``levers.md``) the recorded prefix: its
   byte length and SHA-256 (for the chained logs only complete rows), plus for the chained logs the
   row count, the last row's SHA-256 and the campaign id;
+* Claude Code's user settings (``user_settings``: ``~/.claude/settings.json`` and
+  ``$CLAUDE_CONFIG_DIR/settings.json``): a digest per key, cosmetic keys left out;
 * the prompts (``goal_prompt.txt``, ``resume_prompt.txt``); they are enforced only when the record was
   taken with ``--session`` (a session runs), and ``reprompt`` re-records them between sessions with a
   ledger row that names the old and new hashes.
@@ -30,7 +35,8 @@ broken), 2 usage.
 ``found``, ``rule`` and ``message``. Rules: ``changed``, ``mode``, ``symlink``, ``type``, ``deleted``,
 ``added`` (static files, and bytecode caches that do not match their source); ``truncated``, ``prefix``, ``chain`` (append-only files); ``session_prompt``
 (a prompt changed while a session ran: checked when the record was taken with ``--session`` and
-no session ``end`` row was appended since, or when ``verify --session`` asks); ``record`` (no usable integrity record);
+no session ``end`` row was appended since, or when ``verify --session`` asks); ``agent_settings`` (a non-cosmetic key of the user's Claude Code settings added, removed or changed);
+``record`` (no usable integrity record);
 ``violation_removed`` (the ledger records a violation but its file is gone).
 
 Standard library only and Python 3.7 syntax: the Stop hook imports this module. ``attune_core``
@@ -59,8 +65,11 @@ if os.path.join(HERE, "hooks") not in sys.path:
 
 _saved_flag = sys.dont_write_bytecode
 sys.dont_write_bytecode = True  # never leave a bytecode cache in a protected tree
+if HERE not in sys.path:
+    sys.path.insert(0, HERE)
 try:
     import campaign_files  # noqa: E402
+    import user_settings  # noqa: E402
 finally:
     sys.dont_write_bytecode = _saved_flag
 
@@ -80,8 +89,8 @@ CHAIN_LOGS = (LEDGER, GPU_HOURS)
 SKILL_TREE = campaign_files.STATE + "/skill"
 HARNESS_TREE = campaign_files.STATE + "/harness"
 # The static protected roots: trees are walked (symlinks recorded, never followed).
-STATIC_ROOTS = (SKILL_TREE, HARNESS_TREE, campaign_files.SETTINGS,
-                campaign_files.STATE + "/claude_settings.json", ".claude/skills/attune")
+STATIC_ROOTS = (SKILL_TREE, HARNESS_TREE, campaign_files.SETTINGS, campaign_files.STATE + "/claude_settings.json",
+                campaign_files.STATE + "/bin") + tuple(campaign_files.AGENT_CONFIG)
 MISSING = {"type": "missing"}
 _CHUNK = 1 << 20
 
@@ -416,6 +425,7 @@ def record(campaign_dir, session=False):
         "append_only": dict((name, _append_only_record(campaign_dir, name)) for name in APPEND_ONLY),
         "prompts": _prompt_snapshot(campaign_dir),
         "prompts_recorded_at": None,
+        "user_settings": user_settings.record(),
     }
     data["prompts_recorded_at"] = data["recorded_at"]
     state = _join(campaign_dir, campaign_files.STATE)
@@ -654,6 +664,11 @@ def verify(campaign_dir, session=None, warnings=None):
         if entry is not None and entry["type"] != "file":
             problems.append(_problem(head, "symlink" if entry["type"] == "symlink" else "type", "file", _describe(entry),
                                      "%s: the head record was replaced by a %s" % (head, _describe(entry))))
+    for path, change in user_settings.differences(rec.get("user_settings")):
+        problems.append(_problem(path, "agent_settings", "as recorded", change,
+                                 "%s: Claude Code's user settings changed since the record (%s); they apply to the "
+                                 "agent's sessions and can loosen its hooks, permissions or sandbox. Undo the change, "
+                                 "or start a new campaign" % (path, change)))
     if session is None:
         ended = any(row.get("kind") == "session" and row.get("event") == "end" for row in new_rows.get(LEDGER, ()))
         session = bool(rec.get("session")) and not ended

@@ -60,6 +60,7 @@ sys.path.insert(0, str(REPO / "skill" / "scripts"))
 
 import campaign_files  # noqa: E402
 import integrity  # noqa: E402
+import sandbox  # noqa: E402
 from stop import campaign_state, decide as stop_decide  # noqa: E402
 
 from attune_core import campaign as campaign_mod  # noqa: E402
@@ -92,9 +93,10 @@ def _read_only(root: Path) -> None:
         path.chmod(path.stat().st_mode & ~(stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH))
 
 
-def hook_settings(directory: Path, settings) -> dict:
+def hook_settings(directory: Path, settings, env=None) -> dict:
     """The Claude Code settings file: the two hooks, run from the campaign's read-only harness copy
-    (standard library only: ``-S`` skips site-packages and their start-up cost; ``-B`` writes no caches)."""
+    (standard library only: ``-S`` skips site-packages and their start-up cost; ``-B`` writes no caches),
+    and the Bash sandbox (``sandbox.settings``), out of which only ``attune`` runs, allowed without a prompt."""
     hooks = directory / ".attune" / "harness" / "hooks"
     python = sys.executable or "python3"
     out = {"hooks": {
@@ -102,8 +104,10 @@ def hook_settings(directory: Path, settings) -> dict:
                                                   "command": "%s -B -S %s" % (python, hooks / "pre_tool_use.py")}]}],
         "Stop": [{"hooks": [{"type": "command", "timeout": 120, "command": "%s -B -S %s" % (python, hooks / "stop.py")}]}],
     }}
+    out["permissions"] = {"allow": ["Bash(%s:*)" % sandbox.VERB]}
     if not settings.allow_web:
-        out["permissions"] = {"deny": ["WebFetch", "WebSearch"]}
+        out["permissions"]["deny"] = ["WebFetch", "WebSearch"]
+    out["sandbox"] = sandbox.settings(directory, env)
     return out
 
 
@@ -120,6 +124,8 @@ def prepare(directory: Path, settings, goal_prompt: Path = None) -> campaign_mod
             # the integrity record checks these caches against their sources
             compileall.compile_dir(str(target), quiet=1)
             _read_only(target)
+    sandbox.write_wrapper(directory, sys.executable or "python3")
+    sandbox.ensure_layout(directory)
     link = directory / SKILL_LINK
     if not link.exists() and not link.is_symlink():
         link.parent.mkdir(parents=True, exist_ok=True)
@@ -231,6 +237,7 @@ def run_agent(directory: Path, settings, prompt_file: Path, session: str = None,
     # no bytecode caches written into the read-only tool copies (the integrity record holds their sources)
     env = dict(os.environ, ATTUNE_CAMPAIGN_DIR=str(directory), ATTUNE_PROMPT_FILE=str(prompt_file),
                ATTUNE_SESSION_ID=session or new_session, PYTHONDONTWRITEBYTECODE="1")
+    env["PATH"] = sandbox.agent_path(directory, env)  # the campaign's attune first
     started = _now()
     with open(os.devnull, "rb") as devnull:
         if settings.agent == "planner" and not extra:  # its progress lines reach the terminal as they come

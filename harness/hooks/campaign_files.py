@@ -9,6 +9,8 @@ The one declaration of what the agent may and may not change in a campaign direc
   byte; the integrity check verifies what was appended).
 * ``SESSION_PROTECTED``: protected while an agent session runs (the prompts); the launcher may
   change them between sessions, recording the change in the ledger.
+* ``AGENT_CONFIG``: Claude Code's settings, hooks, skills and instruction files in the campaign (protected,
+  and recorded by the integrity check: a change between sessions fails the campaign).
 * ``FREE``: the agent's own scratch space. Everything not listed here or above is not protected by
   the integrity record but is still written only through the ``attune`` verbs (runs/, RESULTS.md).
 """
@@ -25,8 +27,12 @@ SESSIONS = ".attune/sessions.jsonl"
 APPEND_ONLY = ("ledger.jsonl", "gpu_hours.jsonl", "levers.md")
 HEADS = ("ledger.jsonl.head", "gpu_hours.jsonl.head")
 SESSION_PROTECTED = ("goal_prompt.txt", "resume_prompt.txt")
+# what Claude Code reads as the agent's settings, hooks or instructions; Claude Code itself writes
+# bookkeeping under .claude/ (such as .claude/.cc-writes), so the integrity record holds these paths only
+AGENT_CONFIG = (".claude/settings.json", ".claude/settings.local.json", ".claude/hooks", ".claude/agents",
+                ".claude/commands", ".claude/skills", ".claude/CLAUDE.md", "CLAUDE.md", "CLAUDE.local.md", ".mcp.json")
 PROTECTED = (".attune/", "runs/", "RESULTS.md", "REPORT.md", "recipe.yaml", "results_throughput.png",
-             "past_tuning_project.json") \
+             "past_tuning_project.json", ".claude/", "CLAUDE.md", "CLAUDE.local.md", ".mcp.json") \
     + APPEND_ONLY + HEADS + SESSION_PROTECTED
 FREE = ("notes.md", "scratch/")
 

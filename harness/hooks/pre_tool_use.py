@@ -35,6 +35,9 @@ Rules:
   MultiEdit, NotebookEdit, and in Bash redirections, tee, sed -i, mv, cp, rm, ln, chmod, touch,
   truncate, dd, install, rsync, find -delete and interpreter one-liners that write and name a
   protected file. ``attune`` verbs write the records; they are allowed.
+* ``attune``: it runs outside Claude Code's sandbox, so wherever it is the program of a command the
+  whole call must be exactly one ``attune VERB ...`` with literal arguments on this campaign
+  (``guard/verbs.py``); a call asking for ``dangerouslyDisableSandbox`` is denied.
 * WebFetch and WebSearch are denied when ``AUTOTUNE_ALLOW_WEB`` is off. Everything else is allowed.
 
 The checks live in the ``guard`` package next to this script (``guard/__init__.py`` lists its
@@ -106,6 +109,9 @@ def _decide(event, campaign, settings):
         if rel is not None and campaign_files.is_protected(rel):
             return "deny", _protected_reason(rel, "%s of" % tool, path)
         return _allow("%s of %s" % (tool, path))
+    if tool_input.get("dangerouslyDisableSandbox"):
+        return "deny", ("guard: commands run inside the sandbox; dangerouslyDisableSandbox is not available in a "
+                        "campaign. Only `attune VERB ...`, run alone, runs outside it.")
     command = tool_input.get("command")
     if not isinstance(command, str):
         return "deny", "guard: Bash without a command string; the guard cannot check it."

@@ -489,14 +489,23 @@ WRITES_ALLOWED = [
     bash("python3 skill/scripts/attune.py teardown r001", ALLOW),
     bash("attune candidate new --parent baseline --set micro-batch-size=2 --lever mbs --hypothesis 'less bubble'",
          ALLOW),
-    bash("attune teardown r001 && attune finalize r001", ALLOW),
-    bash("attune status --json > scratch/status.json", ALLOW),
+    bash("attune teardown r001", ALLOW),
+    bash("attune --campaign {camp} status", ALLOW),
     bash("for f in scratch/*.txt; do wc -l $f; done", ALLOW),
     bash("case $x in a) echo a;; *) echo b;; esac", ALLOW),
     bash("cat << EOF > notes.md\n# notes\nit's $(date)\nEOF", ALLOW),
     bash("cat ledger.jsonl | python3 -c \"import sys; rows=[l for l in sys.stdin]; rows.append('x')\"", ALLOW),
     bash("python3 - <<'PY'\nimport json\nrows = [json.loads(l) for l in open('ledger.jsonl')]\n"
          "open('scratch/summary.txt', 'w').write(str(len(rows)))\nPY", ALLOW),
+    # attune runs outside the sandbox: only alone, with literal arguments, on this campaign
+    bash("attune teardown r001 && attune finalize r001", DENY, "attune` runs outside the sandbox"),
+    bash("attune status --json > scratch/status.json", DENY, "attune` runs outside the sandbox"),
+    bash("env LD_PRELOAD=scratch/x.so attune status", DENY, "attune` runs outside the sandbox"),
+    bash("timeout 60 attune status", DENY, "attune` runs outside the sandbox"),
+    bash("attune note \"$(cat ~/.kube/config)\"", DENY, "attune` runs outside the sandbox"),
+    bash("echo `attune status`", DENY, "attune` runs outside the sandbox"),
+    bash("attune --campaign {other} status", DENY, "is not this campaign"),
+    bash("attune status\nrm -f ledger.jsonl", DENY, "attune` runs outside the sandbox"),
 ]
 
 OTHER_TOOLS = [

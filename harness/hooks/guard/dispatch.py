@@ -8,11 +8,12 @@ from .commands import (
 from .interpreters import _awk, _node, _perl, _ruby
 from .writers import _copy_like, _curl, _dd, _find, _rsync, _sed, _sort, _tee, _wget, _writer_all
 from .kubectl import _kubectl
+from .verbs import _attune
 
 
 # ----------------------------------------------------------------------------------- dispatch
 _PROGRAMS = {
-    "kubectl": _kubectl, "kubectl.exe": _kubectl,
+    "kubectl": _kubectl, "kubectl.exe": _kubectl, "attune": _attune,
     "env": _env, "timeout": _timeout, "nohup": _plain_wrapper, "builtin": _plain_wrapper, "setsid": _exec,
     "nice": _nice, "sudo": _sudo, "doas": _doas, "time": _time, "command": _command, "exec": _exec,
     "stdbuf": _stdbuf, "ionice": _ionice, "xargs": _xargs, "watch": _watch,

@@ -26,9 +26,17 @@ INTEGRITY_VIOLATION = ".attune/integrity_violation.json"
 
 
 def resolve_dir(arg=None) -> Path:
-    """``--campaign`` when given, else ``$ATTUNE_CAMPAIGN_DIR``, else the current directory."""
+    """``--campaign`` when given, else ``$ATTUNE_CAMPAIGN_DIR``, else the current directory.
+
+    ``$ATTUNE_CAMPAIGN_LOCK`` (set by a campaign's ``attune`` wrapper, which runs outside the agent's sandbox)
+    binds the verbs to that one campaign: a ``--campaign`` naming another directory is refused."""
     chosen = arg or os.environ.get("ATTUNE_CAMPAIGN_DIR") or os.getcwd()
-    return Path(chosen).expanduser().resolve()
+    path = Path(chosen).expanduser().resolve()
+    lock = os.environ.get("ATTUNE_CAMPAIGN_LOCK")
+    if lock and path != Path(lock).expanduser().resolve():
+        raise InputError("--campaign %s: this attune is bound to the campaign %s (ATTUNE_CAMPAIGN_LOCK); its verbs "
+                         "work on that campaign only. Fix: drop --campaign" % (chosen, lock))
+    return path
 
 
 class Campaign(object):

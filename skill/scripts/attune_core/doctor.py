@@ -10,6 +10,9 @@ prerequisite (no namespace check when the context does not answer):
   ``ATTUNE_IMAGE`` (``kuberay.wrong_images``, the rule a submission enforces);
 * ``agent``: ``ATTUNE_AGENT=claude`` needs ``claude`` (or ``$ATTUNE_CLAUDE_BIN``) at
   ``ATTUNE_CLAUDE_VERSION`` when that is set; the planner needs nothing outside this installation;
+* ``sandbox``: for ``ATTUNE_AGENT=claude``, Claude Code's Bash sandbox can start here (the campaign's
+  settings require it): on Linux bubblewrap and socat on PATH and a trial ``bwrap`` with its own network
+  and process namespaces succeeding (user namespaces allowed); on macOS Seatbelt's ``sandbox-exec``;
 * ``context``: ``ATTUNE_KUBE_CONTEXT`` is in the kubeconfig and its server answers;
 * ``namespace``: ``ATTUNE_NAMESPACE`` exists there and is reachable;
 * ``crd``: the API serves ``rayjobs`` in ``ray.io/v1`` (API discovery: no cluster-wide read of the
@@ -217,6 +220,54 @@ def check_agent(p: _Probe) -> Result:
         version=version, binary=binary)
 
 
+def check_sandbox(p: _Probe) -> Result:
+    """Claude Code's Bash sandbox can start here (the campaign's settings require it: no session runs without)."""
+    if p.agent_command or p.settings.agent != "claude":
+        return Result("sandbox", SKIPPED, "the agent is %s, which does not run in Claude Code's sandbox"
+                      % ("the launcher's --agent-command" if p.agent_command else "ATTUNE_AGENT=%s" % p.settings.agent))
+    missing = sandbox_unavailable(p.env)
+    if missing:
+        return _failed("sandbox", "Claude Code's sandbox cannot start here: %s" % "; ".join(what for what, _ in missing),
+                       "; ".join(fix for _, fix in missing))
+    return _ok("sandbox", "Claude Code's sandbox can start here (%s)" % (
+        "Seatbelt" if sys.platform == "darwin" else "bubblewrap and socat, user namespaces allowed"))
+
+
+def sandbox_unavailable(env: Mapping[str, str], platform: str = None) -> list:
+    """What stops Claude Code's sandbox from starting here, each ``(what, fix)``; empty when it can start."""
+    platform = platform or sys.platform
+    path = env.get("PATH")
+    if platform == "darwin":
+        return [] if shutil.which("sandbox-exec", path=path) else [
+            ("sandbox-exec (Seatbelt) is not on PATH", "run on a macOS with /usr/bin/sandbox-exec")]
+    if not platform.startswith("linux"):
+        return [("Claude Code's sandbox runs on Linux, WSL2 and macOS, not on %s" % platform,
+                 "run the campaign on Linux or macOS")]
+    missing = []
+    bwrap = shutil.which("bwrap", path=path)
+    if not bwrap:
+        missing.append(("bubblewrap (bwrap) is not on PATH",
+                        "install it (apt-get install bubblewrap, or dnf install bubblewrap)"))
+    if not shutil.which("socat", path=path):
+        missing.append(("socat is not on PATH", "install it (apt-get install socat, or dnf install socat)"))
+    if bwrap:
+        argv = [bwrap, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--unshare-net", "--unshare-pid",
+                "true"]
+        try:
+            proc = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                  timeout=VERSION_TIMEOUT_S)
+            failure = None if proc.returncode == 0 else (proc.stderr.decode("utf-8", "replace").strip()[:300]
+                                                          or "exit %d" % proc.returncode)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            failure = str(exc)
+        if failure is not None:
+            missing.append(("bwrap cannot make a sandbox here (%s)" % failure,
+                            "allow unprivileged user namespaces (sysctl kernel.unprivileged_userns_clone=1; on "
+                            "Ubuntu 24.04 kernel.apparmor_restrict_unprivileged_userns=0), or run where a container "
+                            "does not forbid them"))
+    return missing
+
+
 def check_context(p: _Probe) -> Result:
     from kubernetes import client, config
     settings = p.settings
@@ -410,6 +461,7 @@ CHECKS = (
     Check("baseline", check_baseline),
     Check("image", check_image, ("baseline",)),
     Check("agent", check_agent),
+    Check("sandbox", check_sandbox),
     Check("context", check_context, cluster=True),
     Check("namespace", check_namespace, ("context",), cluster=True),
     Check("crd", check_crd, ("context",), cluster=True),

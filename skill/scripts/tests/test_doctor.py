@@ -75,7 +75,8 @@ def test_everything_answering_passes(cluster, kube, capsys):
     code, report, err = doctor_cli(capsys)
     assert code == 0, [c["detail"] for c in report["checks"] if c["status"] == "failed"]
     assert report["ok"] is True and report["failed"] == [] and report["backend"] == "kuberay"
-    assert statuses(report) == {"baseline": "ok", "image": "ok", "agent": "ok", "context": "ok", "namespace": "ok",
+    assert statuses(report) == {"baseline": "ok", "image": "ok", "agent": "ok", "sandbox": "ok", "context": "ok",
+                                "namespace": "ok",
                                 "crd": "ok", "access": "ok", "log_pod": "ok", "dry_run": "ok", "rows": "skipped"}
     assert check(report, "agent")["facts"]["version"] == "2.1.332"
     # the dry run validated the baseline as a launch submits it, and stored nothing
@@ -94,7 +95,7 @@ def test_the_text_form_is_one_line_per_check(cluster, kube, capsys):
     assert cli.main(["doctor"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert [line.split(":", 1)[0] for line in lines] == [c.name for c in doctor.CHECKS] + ["ok"]
-    assert lines[-1] == "ok: yes" and lines[3].startswith("context: ok: context test answers")
+    assert lines[-1] == "ok: yes" and lines[4].startswith("context: ok: context test answers")
 
 
 def test_a_context_that_does_not_exist_fails_and_nothing_behind_it_runs(cluster, kube, capsys, monkeypatch):
@@ -211,7 +212,7 @@ def test_claude_missing_fails(cluster, kube, capsys, monkeypatch, tmp_path):
     monkeypatch.delenv("ATTUNE_CLAUDE_BIN")
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))
     code, report, _ = doctor_cli(capsys)
-    assert code == 1 and report["failed"] == ["agent"]
+    assert code == 1 and report["failed"] == ["agent", "sandbox"]  # nothing is on that PATH
     result = check(report, "agent")
     assert result["detail"] == "ATTUNE_AGENT=claude: claude is not on PATH and ATTUNE_CLAUDE_BIN is not set"
     assert "npm install -g @anthropic-ai/claude-code@2.1.332" in result["fix"]
@@ -290,8 +291,34 @@ def test_the_local_backend_checks_what_applies(local, capsys, monkeypatch):
     code, report, _ = doctor_cli(capsys)
     assert code == 0 and report["backend"] == "local"
     assert statuses(report) == dict({name: "skipped" for name in CLUSTER_CHECKS}, baseline="ok", image="skipped",
-                                    agent="ok", rows="skipped")
+                                    agent="ok", sandbox="skipped", rows="skipped")
     assert check(report, "context")["detail"] == "ATTUNE_BACKEND=local: no cluster to check"
+
+
+def _tools(folder, bwrap_script):
+    folder.mkdir()
+    for name, script in (("bwrap", bwrap_script), ("socat", "#!/bin/sh\nexit 0\n")):
+        if script:
+            (folder / name).write_text(script)
+            (folder / name).chmod(0o755)
+    return str(folder)
+
+
+def test_the_sandbox_check_names_what_is_missing_and_how_to_install_it(tmp_path):
+    missing = doctor.sandbox_unavailable({"PATH": _tools(tmp_path / "none", None)}, platform="linux")
+    assert [what for what, _ in missing] == ["bubblewrap (bwrap) is not on PATH"]
+    assert "apt-get install bubblewrap" in missing[0][1]
+    refused = "#!/bin/sh\necho 'bwrap: No permissions to create new namespace' >&2\nexit 1\n"
+    missing = doctor.sandbox_unavailable({"PATH": _tools(tmp_path / "userns", refused)}, platform="linux")
+    assert missing[0][0] == "bwrap cannot make a sandbox here (bwrap: No permissions to create new namespace)"
+    assert "unprivileged_userns_clone" in missing[0][1]
+    assert doctor.sandbox_unavailable({"PATH": ""}, platform="win32")[0][0].endswith("not on win32")
+
+
+def test_the_sandbox_check_skips_an_agent_that_is_not_claude(local, capsys, monkeypatch):
+    monkeypatch.setenv("ATTUNE_AGENT", "planner")
+    code, report, _ = doctor_cli(capsys)
+    assert check(report, "sandbox")["status"] == "skipped" and "ATTUNE_AGENT=planner" in check(report, "sandbox")["detail"]
 
 
 def test_the_local_backend_checks_the_rows_hash(local, capsys, monkeypatch):

@@ -20,7 +20,7 @@ REFERENCES = sorted((SKILL_DIR / "references").glob("*.md"))
 FRONTMATTER_KEYS = {"name", "description", "when_to_use", "argument-hint", "arguments", "disable-model-invocation",
                     "user-invocable", "allowed-tools", "disallowed-tools", "model", "effort", "context", "agent",
                     "background", "hooks", "paths", "license", "compatibility", "metadata"}
-FULL_FORM = "python3 ${CLAUDE_SKILL_DIR}/scripts/attune.py"
+FULL_FORM = "attune"  # the campaign's wrapper, first on the agent's PATH (the one command out of the sandbox)
 SHELL_OPERATORS = {"|", "||", "&&", ";", "&", ">", ">>", "<"}
 # Placeholders the document writes where a typed value goes, and a value of that type for parsing.
 TYPED_PLACEHOLDERS = {"H": "0.5", "GPUH": "0.5", "S": "900", "N": "4096", "V": "32000"}
@@ -60,14 +60,14 @@ def _tokens(command):
     return tokens
 
 
-def _commands(text, bare=False):
-    """(line, argv after the program) for each attune command in the fenced blocks of ``text``. With ``bare``,
-    lines written as ``attune VERB ...`` count too (the references' short form)."""
+def _commands(text):
+    """(line, argv after the program) for each attune command in the fenced blocks of ``text``: lines written
+    ``attune VERB ...`` (the campaign's wrapper) or ``... attune.py VERB ...``."""
     found = []
     for line in _fenced_lines(text):
         for match in re.finditer(r"attune\.py\s+(.*)", line):
             found.append((line, _tokens(match.group(1))))
-        if bare and re.match(r"attune\s+[a-z]", line):
+        if re.match(r"attune\s+[a-z]", line):
             found.append((line, _tokens(line[len("attune"):])))
     return found
 
@@ -104,7 +104,7 @@ def _check_command(line, argv):
 SKILL_TEXT = _text(SKILL_MD)
 FRONT, BODY = _frontmatter(SKILL_TEXT)
 SKILL_COMMANDS = _commands(SKILL_TEXT)
-REFERENCE_COMMANDS = [(path.name, line, argv) for path in REFERENCES for line, argv in _commands(_text(path), bare=True)]
+REFERENCE_COMMANDS = [(path.name, line, argv) for path in REFERENCES for line, argv in _commands(_text(path))]
 
 
 def test_frontmatter_uses_only_claude_code_keys():
@@ -124,9 +124,12 @@ def test_skill_is_a_procedure_of_reasonable_length():
 def test_every_attune_command_is_written_in_full():
     assert len(SKILL_COMMANDS) >= 25, len(SKILL_COMMANDS)
     for line in _fenced_lines(SKILL_TEXT):
-        if "attune.py" in line:
-            assert line.startswith(FULL_FORM + " "), "write the full form %r: %s" % (FULL_FORM, line)
-        assert not re.match(r"attune\s", line), "a bare `attune` is not on PATH in a campaign: %s" % line
+        assert "attune.py" not in line, "run the verbs as `attune VERB` (the wrapper that leaves the sandbox): %s" % line
+        if re.search(r"(^|[\s;&|(])attune\s", line):
+            assert line.startswith(FULL_FORM + " "), "`attune` runs only as the whole command: %s" % line
+            tokens = shlex.split(line)
+            assert not set(tokens) & SHELL_OPERATORS and "$(" not in line and "`" not in line, (
+                "`attune` runs outside the sandbox only alone, with literal arguments: %s" % line)
         assert not line.startswith("alias "), line
 
 
