@@ -31,8 +31,9 @@ Rules:
   ``KUBECONFIG=``, ``-A``, ``config``, nor node commands; changes only to objects whose names
   start with the run prefix (``-f`` manifests are read: files, directories and here-documents);
   exec/logs/cp/attach/port-forward only into the campaign's pods and the log pod.
-* Writes to protected campaign paths (``campaign_files.PROTECTED``) are denied: Edit, Write,
-  MultiEdit, NotebookEdit, and in Bash redirections, tee, sed -i, mv, cp, rm, ln, chmod, touch,
+* The file tools (Edit, Write, MultiEdit, NotebookEdit) do not run in the sandbox, so they get what a
+  sandboxed command may write: a path inside the campaign that is not protected. Writes to protected
+  campaign paths (``campaign_files.PROTECTED``) are denied there and in Bash redirections, tee, sed -i, mv, cp, rm, ln, chmod, touch,
   truncate, dd, install, rsync, find -delete and interpreter one-liners that write and name a
   protected file. ``attune`` verbs write the records; they are allowed.
 * ``attune``: it runs outside Claude Code's sandbox, so wherever it is the program of a command the
@@ -57,7 +58,7 @@ try:
     from guard import dispatch  # noqa: F401 - every program's checker, loaded now rather than mid-check
     from guard.commands import _analyze_text
     from guard.context import (
-        _FALSE, _IMPORT_ERROR, MAX_COMMAND, NOT_A_BOUNDARY, _Ctx, _Deny, _Unparsable, campaign_files)
+        _FALSE, _IMPORT_ERROR, _NOTES, MAX_COMMAND, NOT_A_BOUNDARY, _Ctx, _Deny, _Unparsable, campaign_files)
     from guard.paths import _protected_reason
     _GUARD_ERROR = None
 except Exception as _exc:  # the hook must still answer (deny) rather than crash and fail open
@@ -106,7 +107,11 @@ def _decide(event, campaign, settings):
             return "deny", ("guard: %s without a %s; the guard cannot tell which file it changes."
                             % (tool, _EDIT_TOOLS[tool]))
         rel = campaign_files.relative(campaign, path, cwd)
-        if rel is not None and campaign_files.is_protected(rel):
+        if rel is None:
+            # the file tools do not run in the sandbox: they get what a sandboxed command may write, no more
+            return "deny", ("guard: %s of %s: outside the campaign directory, which is all the agent may write (its "
+                            "Bash commands run in a sandbox that writes nowhere else); %s." % (tool, path, _NOTES))
+        if campaign_files.is_protected(rel):
             return "deny", _protected_reason(rel, "%s of" % tool, path)
         return _allow("%s of %s" % (tool, path))
     if tool_input.get("dangerouslyDisableSandbox"):

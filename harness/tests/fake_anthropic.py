@@ -49,10 +49,14 @@ def _events(blocks: list, number: int) -> bytes:
 
 
 class FakeAnthropic(object):
-    """``with FakeAnthropic(script) as api:`` then ``api.url`` for ANTHROPIC_BASE_URL; ``api.requests``."""
+    """``with FakeAnthropic(script) as api:`` then ``api.url`` for ANTHROPIC_BASE_URL; ``api.requests``.
 
-    def __init__(self, script: list):
+    ``on_request(number, body)``, when given, is called as each request arrives, before its reply: the
+    moment the effects of the tool calls answered in that request are all in place."""
+
+    def __init__(self, script: list, on_request=None):
         self.script = list(script)
+        self.on_request = on_request
         self.requests = []
         self._lock = threading.Lock()
         owner = self
@@ -77,6 +81,8 @@ class FakeAnthropic(object):
                 with owner._lock:
                     number = len(owner.requests)
                     owner.requests.append(body)
+                    if owner.on_request is not None:
+                        owner.on_request(number, body)
                     blocks = owner.script[number] if number < len(owner.script) else [text("Finished.")]
                 data = _events(blocks, number)
                 self.send_response(200)
