@@ -46,18 +46,18 @@ def test_real_claude_code_is_kept_in_bounds_and_stops_only_when_the_campaign_is_
     campaign = tmp_path / "campaign"
     baseline = tmp_path / "baseline.yaml"
     baseline.write_text(RECIPE.format(python=sys.executable, script=FAKE_MEGATRON))
-    attune = "%s %s" % (sys.executable, campaign / ".attune" / "skill" / "scripts" / "attune.py")
     run = "e2e-r001"
-    work = ("set -e; {a} launch --baseline; "
-            "for i in $(seq 120); do if {a} finalize {run}; then break; fi; sleep 0.5; done; "
-            "{a} stop --reason 'the baseline alone: nothing left to try in this test' --evidence {run}; "
-            "{a} report || true").format(a=attune, run=run)
     script = [
         [text("Checking the cluster."), tool("Bash", command="kubectl delete rayjob someone-elses-job",
                                              description="delete")],
         [tool("Write", file_path=str(campaign / "ledger.jsonl"), content="{}\n")],
         [text("I am done.")],
-        [tool("Bash", command=work, description="baseline, stop, report", timeout=300000)],
+        # the verbs, each alone: the one command that leaves the sandbox
+        [tool("Bash", command="attune launch --baseline", description="baseline", timeout=300000)],
+        [tool("Bash", command="attune finalize %s --wait 120" % run, description="finalize", timeout=300000)],
+        [tool("Bash", command="attune stop --reason 'the baseline alone: nothing left to try in this test' "
+                              "--evidence %s" % run, description="stop")],
+        [tool("Bash", command="attune report", description="report", timeout=300000)],
         [text("Stopped with evidence and wrote the report.")],
     ]
     home = tmp_path / "home"

@@ -121,10 +121,13 @@ def _run_hook(stdin_text, dirs, env_extra=None):
 
 
 def test_subprocess_allows_with_frozen_settings(dirs):
-    event = _event("Bash", {"command": "kubectl get pods --context ctx-a -n team-a"}, dirs["camp"])
+    event = _event("Bash", {"command": "attune status --json"}, dirs["camp"])
     spec = _run_hook(json.dumps(event), dirs)
     assert spec["permissionDecision"] == ALLOW
     assert "not a security boundary" in spec["permissionDecisionReason"]
+    event = _event("Bash", {"command": "kubectl get pods --context ctx-a -n team-a"}, dirs["camp"])
+    spec = _run_hook(json.dumps(event), dirs)
+    assert spec["permissionDecision"] == DENY and "attune kube" in spec["permissionDecisionReason"]
 
 
 def test_subprocess_denies_edit_of_ledger_and_web(dirs):

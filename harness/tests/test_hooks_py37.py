@@ -120,7 +120,7 @@ def test_hooks_on_a_real_python_3_7_when_there_is_one(tmp_path):
              for c, (decision, reason) in zip(cases, results)
              if decision != c.expect or (c.expect == "deny" and c.why not in reason)]
     assert not wrong, "\n".join(wrong)
-    event = guard_cases.event("Bash", {"command": "kubectl get pods --context ctx-a -n team-a"}, dirs["camp"])
+    event = guard_cases.event("Bash", {"command": "attune status --json"}, dirs["camp"])
     env = dict(os.environ, ATTUNE_CAMPAIGN_DIR=dirs["camp"])
     proc = subprocess.run([python37, os.path.join(HOOKS, "pre_tool_use.py")], input=json.dumps(event).encode(),
                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, timeout=60)

@@ -7,8 +7,10 @@ from .commands import (
     _source, _stdbuf, _sudo, _time, _timeout, _watch, _xargs)
 from .interpreters import _awk, _node, _perl, _ruby
 from .writers import _copy_like, _curl, _dd, _find, _rsync, _sed, _sort, _tee, _wget, _writer_all
-from .kubectl import _kubectl
-from .verbs import _attune
+from .kubectl import _kubectl as _kubectl_rules
+from .verbs import _attune, kubectl_in_sandbox
+
+_kubectl = kubectl_in_sandbox(_kubectl_rules)
 
 
 # ----------------------------------------------------------------------------------- dispatch

@@ -78,3 +78,18 @@ def _attune(prog, args, env, stdin, ctx, depth):
         problem = "attune behind a wrapper, an assignment or a path"
     if problem is not None:
         raise _Deny("%s (here: %s)." % (_RULE, problem))
+
+
+_NO_CLUSTER = ("guard: kubectl cannot reach the cluster from the sandbox (no network). Inspect the campaign's own "
+               "objects with `attune kube get|pods|events|logs RUN` and `attune kube exec RUN -- PROGRAM ARGS` (a "
+               "read-only program in a run's pod; `log-pod` for the log pod), and launch, follow and stop runs with "
+               "the run verbs.")
+
+
+def kubectl_in_sandbox(check):
+    """``check`` (the kubectl rules, whose denials name what is wrong), then a denial for what it would allow: from
+    the sandbox no kubectl reaches the cluster, and the verbs are the way there."""
+    def _kubectl(prog, args, env, stdin, ctx, depth):
+        check(prog, args, env, stdin, ctx, depth)
+        raise _Deny(_NO_CLUSTER)
+    return _kubectl

@@ -16,6 +16,7 @@ import argparse
 import gc
 import json
 import sys
+import time
 from pathlib import Path
 
 from . import budget as budget_mod
@@ -32,6 +33,7 @@ from .background import Background, BackgroundError
 from .errors import EXIT_CHECK_FAILED, EXIT_OK, AttuneError, CheckFailed, InputError, IntegrityError
 
 VERBS = {}
+FINALIZE_POLL_S = 2.0  # finalize --wait: seconds between looks at the run
 # An argument that names a file or folder a verb reads has one of these metavars (a test finds them all
 # and feeds each one files it cannot read); an output the verb writes is OUT.
 INPUT_METAVARS = ("FILE", "DIR", "LOG", "RECIPE", "TRACE")
@@ -393,10 +395,15 @@ def cmd_finalize(args) -> int:
     from . import runs as runs_mod
     campaign = campaign_mod.Campaign(_dir(args))
     settings = _settings(args, campaign)
-    row = runs_mod.finalize(campaign, settings, args.run,
-                            settings.hang_after_s if args.hang_after is None else args.hang_after)
+    hang_after = settings.hang_after_s if args.hang_after is None else args.hang_after
+    deadline = time.monotonic() + (args.wait or 0)
+    row = runs_mod.finalize(campaign, settings, args.run, hang_after)
+    while row is None and time.monotonic() < deadline:  # --wait: until the run ends, at most S seconds
+        time.sleep(max(0.0, min(FINALIZE_POLL_S, deadline - time.monotonic())))
+        row = runs_mod.finalize(campaign, settings, args.run, hang_after)
     if row is None:
-        raise CheckFailed("run %s is still running: poll it, and finalize when it has ended" % args.run)
+        raise CheckFailed("run %s is still running%s: poll it, and finalize when it has ended (--wait S waits for it)"
+                          % (args.run, " after %g s" % args.wait if args.wait else ""))
     failure = row.get("failure") or {}
     _emit(args, {"result": row}, "run: %s\nstatus: %s%s" % (row["run"], row["status"], "\nfailure: %s%s: %s" % (
         failure.get("class"), " (%s memory)" % failure["memory"] if failure.get("memory") else "",
@@ -410,6 +417,37 @@ def cmd_teardown(args) -> int:
     campaign = campaign_mod.Campaign(_dir(args))
     status = runs_mod.teardown(campaign, _settings(args, campaign), args.run)
     _emit(args, status.as_dict(), "run: %s\nstate: %s" % (args.run, status.state))
+    return EXIT_OK
+
+
+@verb("kube", "read-only inspection of the campaign's own cluster objects: get (a run's RayJob status), pods, "
+              "events, logs (a pod's log) and exec (a read-only program in a run's pod or the log pod)")
+def cmd_kube(args) -> int:
+    from . import kube as kube_mod
+    campaign = campaign_mod.Campaign(_dir(args))
+    inspector = kube_mod.Inspector(campaign, _settings(args, campaign))
+    if args.action != "exec" and args.command:
+        raise InputError("kube %s takes no program (%s). Fix: only kube exec runs one" % (args.action,
+                                                                                         " ".join(args.command)))
+    if args.action == "get":
+        data = inspector.get(args.target)
+        text = "\n".join("%s: %s" % item for item in sorted(data["status"].items()))
+    elif args.action == "pods":
+        data = {"run": args.target, "pods": inspector.pods(args.target)}
+        text = "\n".join("%(pod)s  %(phase)s  %(node)s" % pod for pod in data["pods"]) or "no pods"
+    elif args.action == "events":
+        data = {"run": args.target, "events": inspector.events(args.target)}
+        text = "\n".join(data["events"]) or "no events"
+    elif args.action == "logs":
+        data = inspector.logs(args.target, args.pod, args.tail)
+        text = data["log"]
+    else:
+        log_pod = args.target == "log-pod"
+        data = inspector.exec(None if log_pod else args.target, args.command, args.pod, log_pod)
+        text = data["stdout"] + (data["stderr"] and "\n" + data["stderr"])
+        _emit(args, data, text)
+        return EXIT_OK if data["exit_code"] in (0, None) else EXIT_CHECK_FAILED
+    _emit(args, data, text)
     return EXIT_OK
 
 
@@ -765,8 +803,19 @@ def build_parser() -> argparse.ArgumentParser:
         elif name in ("poll", "finalize", "teardown", "topology"):
             p.add_argument("run", help="the run id")
             if name == "finalize":
+                p.add_argument("--wait", type=float, metavar="S",
+                               help="wait up to S seconds for the run to end before recording it (default: do not wait)")
                 p.add_argument("--hang-after", type=float, metavar="S",
                                help="seconds without a log line of the job's own after which a running run is hung (default: ATTUNE_HANG_AFTER_S, 900)")
+        elif name == "kube":
+            p.add_argument("action", choices=["get", "pods", "events", "logs", "exec"],
+                           help="get: the RayJob's status; pods; events; logs: a pod's log; exec: a read-only program")
+            p.add_argument("target", help="a run of this campaign (exec: or log-pod, the campaign's log pod)")
+            p.add_argument("command", nargs="*", metavar="PROGRAM",
+                           help="exec: the program and its arguments, after -- (cat, head, tail, grep, ls, wc, stat, "
+                                "du, find, pip show|list|freeze)")
+            p.add_argument("--pod", help="logs, exec: which of the run's pods (default: its head pod)")
+            p.add_argument("--tail", type=int, default=200, metavar="N", help="logs: the last N lines (default 200)")
         elif name == "lesson":
             p.add_argument("run", help="the candidate run the lesson is about")
             p.add_argument("--text", required=True,
@@ -856,10 +905,17 @@ def main(argv=None) -> int:
 
 def _main(argv) -> int:
     parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    program = None
+    if argv[:1] == ["kube"] and "--" in argv:  # kube exec's program: everything after --, whatever its options
+        cut = argv.index("--")
+        argv, program = argv[:cut], argv[cut + 1:]
     try:
         args = parser.parse_args(argv)
     except SystemExit as exc:  # argparse: --help exits 0, usage errors 2
         return int(exc.code or 0)
+    if program is not None:
+        args.command = list(args.command or []) + program
     try:
         return args.func(args)
     except AttuneError as exc:

@@ -185,16 +185,18 @@ class KubeRayBackend(object):
             return max(0.0, now - mtime)
         return backends_mod.quiet_from_tail(tail, mtime, now, offset, cut=len(tail) >= TAIL_BYTES * 0.9)
 
-    def _exec(self, command: list) -> tuple:
-        """Run ``command`` in the log pod: (exit code, stdout, stderr), the output as text."""
+    def _exec(self, command: list, pod: Optional[str] = None) -> tuple:
+        """Run ``command`` in ``pod`` (default: the log pod): (exit code, stdout, stderr), the output as text."""
         from kubernetes.client.rest import ApiException
         from kubernetes.stream import stream
+        pod = pod or self.settings.log_pod
         try:
-            resp = stream(self.core.connect_get_namespaced_pod_exec, self.settings.log_pod, self.namespace,
+            resp = stream(self.core.connect_get_namespaced_pod_exec, pod, self.namespace,
                           command=command, stderr=True, stdin=False, stdout=True, tty=False, _preload_content=False)
         except ApiException as exc:
-            raise CheckFailed("exec %s in log pod %s failed: HTTP %s %s"
-                              % (" ".join(command), self.settings.log_pod, exc.status, exc.reason))
+            raise CheckFailed("exec %s in %s %s failed: HTTP %s %s"
+                              % (" ".join(command), "log pod" if pod == self.settings.log_pod else "pod", pod,
+                                 exc.status, exc.reason))
         out, err = [], []
         while resp.is_open():
             resp.update(timeout=5)

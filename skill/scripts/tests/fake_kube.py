@@ -22,6 +22,7 @@ from urllib.parse import parse_qs, urlparse
 RAYJOB = re.compile(r"^/apis/ray\.io/v1/namespaces/(?P<ns>[^/]+)/rayjobs(?:/(?P<name>[^/]+))?$")
 PODS = re.compile(r"^/api/v1/namespaces/(?P<ns>[^/]+)/pods$")
 POD = re.compile(r"^/api/v1/namespaces/(?P<ns>[^/]+)/pods/(?P<name>[^/]+)$")
+POD_LOG = re.compile(r"^/api/v1/namespaces/(?P<ns>[^/]+)/pods/(?P<name>[^/]+)/log$")
 NODE = re.compile(r"^/api/v1/nodes/(?P<name>[^/]+)$")
 EVENTS = re.compile(r"^/api/v1/namespaces/(?P<ns>[^/]+)/events$")
 EXEC = re.compile(r"^/api/v1/namespaces/(?P<ns>[^/]+)/pods/(?P<pod>[^/]+)/exec$")
@@ -65,6 +66,7 @@ class FakeKube(object):
         self.create_status = None  # e.g. 409 to script a conflict
         self.pod_polls_until_gone = 0
         self.files = {}  # (pod, path) -> bytes served by `cat` through exec
+        self.pod_logs = {}  # pod -> its log text (GET .../pods/NAME/log, tailLines honoured)
         self.pod_nodes = {}  # pod name -> node name
         self.pod_gpus = {}  # pod name -> nvidia.com/gpu limit
         self.node_labels = {}  # node name -> labels
@@ -236,6 +238,17 @@ class FakeKube(object):
                                                  "restartCount": 1, "state": {"waiting": {"reason": "CrashLoopBackOff"}},
                                                  "lastState": {"terminated": {"reason": r, "exitCode": e}}}
                                                 for c, r, e in fake.pod_terminated.get(n, [])]}} for n in names]})
+                log_match = POD_LOG.match(url.path)
+                if log_match and log_match.group("name") in fake.pods:
+                    lines = fake.pod_logs.get(log_match.group("name"), "").splitlines(True)
+                    tail = query.get("tailLines", [""])[0]
+                    body = "".join(lines[-int(tail):] if tail.isdigit() else lines).encode()
+                    self.send_response(200)
+                    self.send_header("Content-Type", "text/plain")
+                    self.send_header("Content-Length", str(len(body)))
+                    self.end_headers()
+                    self.wfile.write(body)
+                    return
                 pod_match = POD.match(url.path)
                 if pod_match and pod_match.group("name") in fake.pods:
                     name = pod_match.group("name")

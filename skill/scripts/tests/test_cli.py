@@ -18,7 +18,7 @@ from attune_core import cli
 from attune_core.errors import EXIT_CODES
 
 VERBS = ["init", "settings", "doctor", "verify", "rank", "status", "budget", "stop", "note", "lesson", "metrics", "candidate", "project",
-         "launch", "poll", "finalize", "teardown", "topology", "gate", "profile", "report", "rows"]
+         "launch", "poll", "finalize", "teardown", "kube", "topology", "gate", "profile", "report", "rows"]
 
 
 @pytest.fixture(scope="module")

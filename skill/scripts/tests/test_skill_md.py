@@ -86,6 +86,8 @@ def _check_command(line, argv):
     sub = subs[verb]
     options = {opt for action in sub._actions for opt in action.option_strings}
     for token in argv[1:]:
+        if token == "--":  # what follows is kube exec's program and its own arguments
+            break
         if token.startswith("--"):
             flag = token.split("=", 1)[0]
             assert flag in options, "%s does not take %s (in: %s); it takes %s" % (
