@@ -282,9 +282,12 @@ def _doctor(settings, reuse, agent_cmd: str):
             print("launch_campaign: doctor: %s" % line, file=sys.stderr)
         print("launch_campaign: doctor: failed: %s; nothing was started" % ", ".join(report.failed), file=sys.stderr)
         return None
+    for result in report.results:
+        if result.status == doctor_mod.WARNING:
+            print("launch_campaign: doctor: %s" % result.line(), file=sys.stderr)
     reused = [result.name for result in report.results if result.cached]
     print("launch_campaign: doctor: ok (%d passed, %d skipped%s)" % (
-        sum(result.status == doctor_mod.OK for result in report.results),
+        sum(result.status in (doctor_mod.OK, doctor_mod.WARNING) for result in report.results),
         sum(result.status == doctor_mod.SKIPPED for result in report.results),
         "; %s reused from this session's earlier launch" % ", ".join(reused) if reused else ""), file=sys.stderr)
     return report

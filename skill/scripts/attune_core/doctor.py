@@ -19,6 +19,9 @@ prerequisite (no namespace check when the context does not answer):
   CRD objects, which namespace-scoped credentials lack);
 * ``access``: SelfSubjectAccessReviews for what the campaign does: create, get and delete RayJobs,
   get and list pods, exec into the log pod, list events;
+* ``scope``: what the credentials may do in the namespace (SelfSubjectRulesReview), and a ``warning``
+  (which passes) when they reach beyond it: pods, RayJobs or exec in every namespace, namespaces, or the
+  namespace's secrets (SelfSubjectAccessReviews), or a rule granting every verb or resource;
 * ``log_pod``: ``AUTOTUNE_LOG_POD`` is Running, has one container (the exec names none) and mounts
   ``ATTUNE_SHARED_DIR`` (or a folder above it);
 * ``dry_run``: the baseline RayJob, as a launch would submit it, passes a server-side dry run;
@@ -49,6 +52,7 @@ from typing import Callable, Mapping, Optional
 from .errors import AttuneError
 
 OK, FAILED, SKIPPED, NOT_RUN = "ok", "failed", "skipped", "not_run"
+WARNING = "warning"  # passes, and says what the user should know (credentials that reach beyond the namespace)
 CACHE = ".attune/cache/doctor.json"
 SCHEMA_VERSION = 1
 TIMEOUT_S = 10  # per API call: a cluster that does not answer in that time fails the check
@@ -65,7 +69,7 @@ ACCESS = (("create", "ray.io", "rayjobs", "", False), ("get", "ray.io", "rayjobs
 @dataclasses.dataclass(frozen=True)
 class Result:
     name: str
-    status: str  # ok, failed, skipped, not_run
+    status: str  # ok, warning, failed, skipped, not_run
     detail: str
     fix: str = ""
     facts: dict = dataclasses.field(default_factory=dict)  # what the check found, as fields (a version, a digest)
@@ -88,7 +92,7 @@ class Report:
 
     @property
     def ok(self) -> bool:
-        return all(result.status in (OK, SKIPPED) for result in self.results)
+        return all(result.status in (OK, SKIPPED, WARNING) for result in self.results)
 
     @property
     def failed(self) -> list:
@@ -378,6 +382,63 @@ def check_access(p: _Probe) -> Result:
                % (settings.namespace, len(ACCESS)))
 
 
+# what the campaign's credentials should not be able to do: anything outside its namespace (namespace "" asks
+# about every namespace), and reading the namespace's secrets
+BEYOND = (("list", "", "pods", "", ""), ("create", "ray.io", "rayjobs", "", ""), ("delete", "ray.io", "rayjobs", "", ""),
+          ("create", "", "pods", "exec", ""), ("list", "", "namespaces", "", ""), ("get", "", "secrets", "", None))
+
+
+def _wildcards(rules) -> list:
+    """The rules of a SelfSubjectRulesReview that grant every verb or every resource."""
+    out = []
+    for rule in rules or []:
+        verbs, resources = rule.verbs or [], rule.resources or []
+        if "*" in verbs or "*" in resources:
+            out.append("%s on %s" % (",".join(verbs), ",".join(resources)))
+    return out
+
+
+def check_scope(p: _Probe) -> Result:
+    """What the campaign's credentials may do (SelfSubjectRulesReview in the namespace), and a warning when they
+    reach beyond it (SelfSubjectAccessReviews in every namespace, and for the namespace's secrets)."""
+    from kubernetes import client
+    settings = p.settings
+    api = client.AuthorizationV1Api(p.api)
+    try:
+        review = api.create_self_subject_rules_review(client.V1SelfSubjectRulesReview(
+            spec=client.V1SelfSubjectRulesReviewSpec(namespace=settings.namespace)), _request_timeout=TIMEOUT_S)
+    except Exception as exc:
+        return _failed("scope", "cannot ask what the campaign may do (SelfSubjectRulesReview: %s)" % _api_error(exc),
+                       "use credentials that may create selfsubjectrulesreviews (every authenticated user may, by "
+                       "default)")
+    rules = (review.status.resource_rules if review.status else None) or []
+    beyond = []
+    for verb, group, resource, sub, namespace in BEYOND:
+        body = client.V1SelfSubjectAccessReview(spec=client.V1SelfSubjectAccessReviewSpec(
+            resource_attributes=client.V1ResourceAttributes(
+                namespace=settings.namespace if namespace is None else namespace, verb=verb, group=group,
+                resource=resource, subresource=sub or None)))
+        try:
+            allowed = api.create_self_subject_access_review(body, _request_timeout=TIMEOUT_S).status.allowed
+        except Exception as exc:
+            return _failed("scope", "cannot ask what the campaign may do (SelfSubjectAccessReview: %s)"
+                           % _api_error(exc), "use credentials that may create selfsubjectaccessreviews")
+        if allowed:
+            beyond.append("%s %s%s%s%s" % (verb, resource, "." + group if group else "", "/" + sub if sub else "",
+                                           " in namespace %s" % settings.namespace if namespace is None
+                                           else " in every namespace"))
+    wildcards = _wildcards(rules)
+    facts = {"rules": len(rules), "beyond_namespace": beyond, "wildcard_rules": wildcards,
+             "incomplete": bool(review.status and review.status.incomplete)}
+    if beyond or wildcards:
+        return Result("scope", WARNING, "the credentials of context %s reach beyond what a campaign needs: %s" % (
+            settings.kube_context, "; ".join(beyond + ["a rule granting %s" % w for w in wildcards])),
+            "run the campaign as a service account bound to a Role in namespace %s only (README: Security, "
+            "\"Credentials for one namespace\")" % settings.namespace, facts)
+    return _ok("scope", "the credentials of context %s are held to namespace %s (%d rules there; nothing in other "
+               "namespaces, no secrets)" % (settings.kube_context, settings.namespace, len(rules)), **facts)
+
+
 def check_log_pod(p: _Probe) -> Result:
     from kubernetes import client
     settings = p.settings
@@ -466,6 +527,7 @@ CHECKS = (
     Check("namespace", check_namespace, ("context",), cluster=True),
     Check("crd", check_crd, ("context",), cluster=True),
     Check("access", check_access, ("namespace",), cluster=True),
+    Check("scope", check_scope, ("namespace",), cluster=True),
     Check("log_pod", check_log_pod, ("namespace",), cluster=True),
     Check("dry_run", check_dry_run, ("baseline", "image", "crd", "access"), cluster=True),
     Check("rows", check_rows, ("log_pod",)),  # read through the log pod on KubeRay
@@ -527,7 +589,7 @@ def cached(directory, session: Optional[str], digest: str) -> Optional[dict]:
     except TypeError:
         return None
     # all of them or none: a cluster check run anew needs the client the context check makes
-    return results if set(results) == names and all(r.status == OK for r in results.values()) else None
+    return results if set(results) == names and all(r.status in (OK, WARNING) for r in results.values()) else None
 
 
 def remember(directory, session: str, digest: str, report: Report) -> Optional[Path]:
@@ -536,7 +598,7 @@ def remember(directory, session: str, digest: str, report: Report) -> Optional[P
         return None
     names = {check.name for check in CHECKS if check.cluster}
     checks = [dataclasses.replace(result, cached=False).as_dict() for result in report.results
-              if result.name in names and result.status == OK]
+              if result.name in names and result.status in (OK, WARNING)]
     path = Path(directory) / CACHE
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")

@@ -28,6 +28,11 @@ EVENTS = re.compile(r"^/api/v1/namespaces/(?P<ns>[^/]+)/events$")
 EXEC = re.compile(r"^/api/v1/namespaces/(?P<ns>[^/]+)/pods/(?P<pod>[^/]+)/exec$")
 NAMESPACE = re.compile(r"^/api/v1/namespaces/(?P<name>[^/]+)$")
 SSAR = "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews"
+SSRR = "/apis/authorization.k8s.io/v1/selfsubjectrulesreviews"
+# what a namespace-scoped Role for a campaign grants (the README's example), as a SelfSubjectRulesReview lists it
+CAMPAIGN_RULES = [{"verbs": ["create", "get", "list", "delete"], "apiGroups": ["ray.io"], "resources": ["rayjobs"]},
+                  {"verbs": ["get", "list"], "apiGroups": [""], "resources": ["pods", "pods/log", "events"]},
+                  {"verbs": ["create", "get"], "apiGroups": [""], "resources": ["pods/exec"]}]
 RAY_DISCOVERY = "/apis/ray.io/v1"
 KINDS = {"rayjobs": "RayJob", "rayclusters": "RayCluster", "rayservices": "RayService"}
 DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
@@ -78,6 +83,12 @@ class FakeKube(object):
         self.namespaces = set()  # namespaces that exist (GET /api/v1/namespaces/NAME)
         self.ray_resources = ["rayjobs", "rayclusters", "rayservices"]  # what discovery of ray.io/v1 serves
         self.denied = set()  # (verb, "resource" or "resource/subresource") a SelfSubjectAccessReview denies
+        # what a SelfSubjectAccessReview allows outside the campaign's namespace (every namespace: namespace ""),
+        # and whether it allows reading secrets: by default the credentials are namespace-scoped and read none
+        self.cluster_wide = set()
+        self.secrets_readable = False
+        self.rules = [dict(rule) for rule in CAMPAIGN_RULES]  # the SelfSubjectRulesReview's resourceRules
+        self.rules_reviews = []  # the namespace of each SelfSubjectRulesReview
         self.access_reviews = []  # the resourceAttributes of every SelfSubjectAccessReview asked
         self.dry_run_rejection = None  # (code, message) answered to a dryRun=All RayJob creation
         self.dry_runs = []  # the bodies of dry-run creations (never stored)
@@ -124,6 +135,10 @@ class FakeKube(object):
                 if attributes.get("subresource"):
                     resource += "/" + attributes["subresource"]
                 allowed = (attributes.get("verb"), resource) not in fake.denied
+                if not attributes.get("namespace"):
+                    allowed = (attributes.get("verb"), resource) in fake.cluster_wide
+                if resource == "secrets":
+                    allowed = allowed and fake.secrets_readable
                 body["status"] = {"allowed": allowed, "reason": "" if allowed else "denied by the fake's RBAC"}
                 self._send(201, body)
 
@@ -155,6 +170,10 @@ class FakeKube(object):
                 match = RAYJOB.match(url.path)
                 if url.path == SSAR:
                     return self._review(body)
+                if url.path == SSRR:
+                    fake.rules_reviews.append((body.get("spec") or {}).get("namespace"))
+                    body["status"] = {"resourceRules": fake.rules, "nonResourceRules": [], "incomplete": False}
+                    return self._send(201, body)
                 if not match:
                     return self._status(404, "NotFound")
                 key = (match.group("ns"), body["metadata"]["name"])

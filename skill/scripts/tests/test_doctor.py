@@ -18,7 +18,7 @@ from attune_core import settings as settings_mod
 RECIPE = (DATA / "recipes" / "megatron_rayjob.yaml").read_text()
 LOCAL_RECIPE = (DATA / "recipes" / "local_fake_megatron.yaml").read_text()
 IMAGE = "registry.example.com/megatron:25.04"
-CLUSTER_CHECKS = ["context", "namespace", "crd", "access", "log_pod", "dry_run"]
+CLUSTER_CHECKS = ["context", "namespace", "crd", "access", "scope", "log_pod", "dry_run"]
 
 
 def fake_claude(path, version="2.1.332"):
@@ -77,18 +77,36 @@ def test_everything_answering_passes(cluster, kube, capsys):
     assert report["ok"] is True and report["failed"] == [] and report["backend"] == "kuberay"
     assert statuses(report) == {"baseline": "ok", "image": "ok", "agent": "ok", "sandbox": "ok", "context": "ok",
                                 "namespace": "ok",
-                                "crd": "ok", "access": "ok", "log_pod": "ok", "dry_run": "ok", "rows": "skipped"}
+                                "crd": "ok", "access": "ok", "scope": "ok", "log_pod": "ok", "dry_run": "ok",
+                                "rows": "skipped"}
     assert check(report, "agent")["facts"]["version"] == "2.1.332"
     # the dry run validated the baseline as a launch submits it, and stored nothing
     assert not kube.rayjobs and [body["metadata"]["name"] for body in kube.dry_runs] == ["alice-llama8b-doctor"]
     head = kube.dry_runs[0]["spec"]["rayClusterSpec"]["headGroupSpec"]
     assert head["template"]["spec"]["containers"][0]["image"] == IMAGE
     asked = {(a["verb"], a["resource"] + ("/" + a["subresource"] if a.get("subresource") else "")): a
-             for a in kube.access_reviews}
+             for a in kube.access_reviews if a.get("namespace") == "ml-tuning" and a["resource"] != "secrets"}
     assert {("create", "rayjobs"), ("get", "rayjobs"), ("delete", "rayjobs"), ("create", "pods/exec"),
             ("get", "pods/exec"), ("list", "pods")} <= set(asked)
     assert asked[("create", "pods/exec")]["name"] == "log-reader"
-    assert all(a["namespace"] == "ml-tuning" for a in kube.access_reviews)
+    beyond = [(a["verb"], a["resource"]) for a in kube.access_reviews if a.get("namespace") != "ml-tuning"]
+    assert beyond == [("list", "pods"), ("create", "rayjobs"), ("delete", "rayjobs"), ("create", "pods"),
+                      ("list", "namespaces")]  # the scope check asks about every namespace, and nothing else does
+    assert kube.rules_reviews == ["ml-tuning"] and check(report, "scope")["facts"]["rules"] == 3
+
+
+def test_credentials_that_reach_beyond_the_namespace_are_a_warning_that_passes(cluster, kube, capsys):
+    kube.cluster_wide = {("list", "pods"), ("create", "rayjobs")}
+    kube.secrets_readable = True
+    kube.rules.append({"verbs": ["*"], "apiGroups": ["*"], "resources": ["*"]})
+    code, report, _ = doctor_cli(capsys)
+    assert code == 0 and report["ok"] is True
+    scope = check(report, "scope")
+    assert scope["status"] == "warning"
+    assert scope["facts"]["beyond_namespace"] == ["list pods in every namespace", "create rayjobs.ray.io in every "
+                                                  "namespace", "get secrets in namespace ml-tuning"]
+    assert scope["facts"]["wildcard_rules"] == ["* on *"]
+    assert "service account bound to a Role in namespace ml-tuning" in scope["fix"]
 
 
 def test_the_text_form_is_one_line_per_check(cluster, kube, capsys):
