@@ -11,7 +11,9 @@ baseline, its image, the agent CLI, the cluster, the rows' rows_sha256; every la
 too; a failing check stops the launch with exit 1 and every check's line on stderr), prepares the
 campaign directory (read-only copies of ``skill/`` and ``harness/`` under ``.attune/``, the skill linked
 where Claude Code discovers it, the frozen settings, ``levers.md`` seeded from the skill's catalog when
-it has one, the goal and resume prompts, and a Claude Code settings file holding the hooks), records
+it has one, the goal and resume prompts, the campaign's ``attune`` wrapper in ``.attune/bin`` (first on
+the agent's PATH), and a Claude Code settings file holding the hooks and the Bash sandbox the agent works
+in: ``sandbox.py``), records
 integrity and starts the agent. A later launch verifies integrity first; ``--session ID`` resumes that
 agent session with the resume prompt, and reuses the cluster checks that passed at the launch that
 started the session when the settings, the baseline and ``KUBECONFIG`` are the same
