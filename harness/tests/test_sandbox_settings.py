@@ -97,3 +97,26 @@ def test_the_record_holds_the_agents_settings_paths_even_when_absent(tmp_path):
                 ".claude/skills", ".attune/bin"):
         assert rel in record["static"], rel
     assert record["static"]["CLAUDE.md"] == {"type": "missing"}
+
+
+def test_the_wrapper_reads_only_inside_the_campaign_and_writes_only_into_scratch(tmp_path):
+    directory, env, home = _prepared(tmp_path)
+    wrapper = str(directory / ".attune" / "bin" / "attune")
+    secret = home / ".kube" / "config"
+    secret.parent.mkdir()
+    secret.write_text("users: [{name: u, user: {token: a-secret-token}}]\n")
+
+    def run(*args, cwd=directory):
+        proc = subprocess.run([wrapper, *args], cwd=str(cwd), env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              timeout=120)
+        return proc.returncode, proc.stdout.decode() + proc.stderr.decode()
+
+    for args in (("metrics", str(secret)), ("settings", "--config", str(secret)), ("rows", "sha", "../kube"),
+                 ("profile", "/etc")):
+        code, out = run(*args)
+        assert code == 2 and "reads only files inside the campaign" in out and "a-secret-token" not in out, (args, out)
+    code, out = run("rows", "from-slime", "scratch/dump.pt", "--out", "ledger.jsonl")
+    assert code == 2 and "writes only into its scratch/" in out
+    (directory / "scratch" / "train.log").write_text("not a training log\n")
+    code, out = run("metrics", "scratch/train.log")
+    assert "inside the campaign" not in out  # read: the verb's own verdict on the file follows

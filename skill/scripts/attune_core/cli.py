@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -485,8 +486,15 @@ def cmd_gate(args) -> int:
             raise InputError("--run gates a campaign's run against its baseline; --baseline and --candidate are "
                              "for run directories outside a campaign. Fix: give one or the other")
         campaign = campaign_mod.Campaign(_dir(args))
-        result = gate_mod.gate_campaign_run(campaign, _settings(args, campaign), args.run, args.repeat or (), steps,
-                                            args.rules)
+        if args.rules:
+            raise InputError("--rules %s: a campaign's gate runs on its frozen rules (ATTUNE_GATE_RULES), so that "
+                             "every verdict of the campaign is judged alike. Fix: drop --rules" % args.rules)
+        runs_dir = (campaign.dir / "runs").resolve()
+        for repeat in args.repeat or ():
+            if Path(repeat).resolve().parent != runs_dir:
+                raise InputError("--repeat %s: not a run of this campaign (runs/RUN); a campaign's gate calibrates "
+                                 "on the campaign's own reruns of its baseline. Fix: name runs/RUN" % repeat)
+        result = gate_mod.gate_campaign_run(campaign, _settings(args, campaign), args.run, args.repeat or (), steps)
     else:
         if not (args.baseline and args.candidate):
             raise InputError("give --run RUN (a campaign's run) or both --baseline DIR and --candidate DIR")
@@ -891,6 +899,31 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _within_lock(parser, args) -> None:
+    """Under ``ATTUNE_CAMPAIGN_LOCK`` (the campaign's wrapper, which runs outside the agent's sandbox), a verb
+    reads only files inside the campaign and writes only into its ``scratch/``: otherwise the one command out
+    of the sandbox would read the kube config or write over a record for it."""
+    lock = os.environ.get("ATTUNE_CAMPAIGN_LOCK")
+    if not lock or not getattr(args, "verb", None):
+        return
+    root = Path(lock).expanduser().resolve()
+    action = next(a for a in parser._actions if a.__class__.__name__ == "_SubParsersAction")
+    for item in action.choices[args.verb]._actions:
+        if item.dest == "campaign":  # resolve_dir refuses another campaign, with its own message
+            continue
+        kind = "output" if item.metavar == "OUT" else "input" if item.metavar in INPUT_METAVARS else None
+        value = getattr(args, item.dest, None) if kind else None
+        for given in ([] if value is None else value if isinstance(value, list) else [value]):
+            path = Path(os.path.expanduser(str(given)))
+            path = (path if path.is_absolute() else Path.cwd() / path).resolve()
+            inside = root / "scratch" if kind == "output" else root
+            if path != inside and inside not in path.parents:
+                raise InputError("%s %s: outside %s; this campaign's attune %s only %s. Fix: %s" % (
+                    "/".join(item.option_strings) or item.dest, given, inside, "writes" if kind == "output" else
+                    "reads", "into its scratch/" if kind == "output" else "files inside the campaign",
+                    "write to scratch/" if kind == "output" else "copy the file into scratch/ first"))
+
+
 def main(argv=None) -> int:
     # A verb builds one large, acyclic structure (every ledger row) and exits: the cyclic garbage
     # collector would only rescan it, a third of the run time on a 100,000-row ledger.
@@ -916,6 +949,12 @@ def _main(argv) -> int:
         return int(exc.code or 0)
     if program is not None:
         args.command = list(args.command or []) + program
+    try:
+        _within_lock(parser, args)
+    except AttuneError as exc:
+        for line in exc.lines():
+            print("attune %s: %s" % (args.verb, line), file=sys.stderr)
+        return exc.exit_code
     try:
         return args.func(args)
     except AttuneError as exc:

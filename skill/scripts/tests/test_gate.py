@@ -309,3 +309,17 @@ def test_re_drawn_weights_may_close_the_gap_but_a_gap_that_widens_is_caught(tmp_
                       [rep])
     assert result["verdict"] == "pass", result["reasons"]
     assert result["convergence"]["calibrated"]["widening"]["value"] < 0
+
+
+def test_a_campaigns_gate_takes_neither_other_rules_nor_repeats_from_outside_its_runs(tmp_path, capsys, monkeypatch):
+    from factory import settings as make_settings
+    from attune_core import campaign as campaign_mod, cli
+    campaign = campaign_mod.init(tmp_path / "c", make_settings(ATTUNE_BACKEND="local"), "gate-scope")
+    monkeypatch.setenv("ATTUNE_CAMPAIGN_DIR", str(campaign.dir))
+    lenient = tmp_path / "c" / "scratch" / "lenient.yaml"
+    lenient.parent.mkdir()
+    lenient.write_text("overrides: []\n")
+    assert cli.main(["gate", "--run", "r001", "--rules", str(lenient)]) == 2
+    assert "a campaign's gate runs on its frozen rules" in capsys.readouterr().err
+    assert cli.main(["gate", "--run", "r001", "--repeat", str(tmp_path / "c" / "scratch")]) == 2
+    assert "not a run of this campaign" in capsys.readouterr().err
