@@ -24,6 +24,12 @@ RUN_NUMBER = re.compile(r"^r(\d+)$")
 K8S_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 
 
+# environment variables that make a program load or run code they name: a candidate must not set them
+CODE_LOADING_ENV = frozenset(("PATH", "PYTHONPATH", "PYTHONSTARTUP", "PYTHONHOME", "PYTHONUSERBASE", "PYTHONINSPECT",
+                              "PYTHONBREAKPOINT", "PYTHONEXECUTABLE", "BASH_ENV", "ENV", "PERL5OPT", "PERL5LIB",
+                              "NODE_OPTIONS", "RUBYOPT", "SHELL"))
+
+
 def parse_changes(sets=(), unsets=(), envs=(), unset_envs=()) -> list:
     """Command-line changes (``--set ARG=VALUE`` or ``--set ARG``, ``--unset ARG``, ``--env K=V``,
     ``--unset-env K``) as change records. ``ARG`` may be written with or without its leading dashes
@@ -44,6 +50,10 @@ def parse_changes(sets=(), unsets=(), envs=(), unset_envs=()) -> list:
         name, sep, value = item.partition("=")
         if not sep or not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", name):
             raise InputError("--env %s: give NAME=value" % item)
+        if name in CODE_LOADING_ENV or name.startswith(("LD_", "DYLD_")):
+            raise InputError("--env %s: %s makes the run load or run code it names (outside the agent's sandbox on "
+                             "the local backend), so no candidate sets it. Fix: tune another setting; a library the "
+                             "run needs belongs in the baseline recipe" % (item, name))
         changes.append({"op": "set", "env": name, "value": value})
     for name in unset_envs:
         changes.append({"op": "unset", "env": name})

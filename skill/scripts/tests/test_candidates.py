@@ -70,6 +70,12 @@ def test_change_syntax():
         parse_changes(sets=["bad name=1"])
     with pytest.raises(InputError, match="needs one change"):
         parse_changes()
+    for name in ("LD_PRELOAD", "LD_LIBRARY_PATH", "DYLD_INSERT_LIBRARIES", "PYTHONPATH", "PYTHONSTARTUP", "BASH_ENV",
+                 "PATH"):
+        with pytest.raises(InputError, match="load or run code it names"):
+            parse_changes(envs=["%s=scratch/x" % name])
+    assert parse_changes(envs=["CUDA_DEVICE_MAX_CONNECTIONS=1"]) == [
+        {"op": "set", "env": "CUDA_DEVICE_MAX_CONNECTIONS", "value": "1"}]
 
 
 def test_a_candidate_says_what_the_gate_will_say_of_its_changes(campaign, capsys):
