@@ -32,6 +32,8 @@ PREFIXES = ("ATTUNE_", "AUTOTUNE_")
 NOT_SETTINGS = {
     "ATTUNE_CAMPAIGN_DIR": "the campaign directory a verb works in without --campaign (default: the current "
                            "directory); the launcher sets it for the agent",
+    "ATTUNE_CAMPAIGN_LOCK": "set by a campaign's attune wrapper (.attune/bin/attune): its verbs work on that campaign "
+                            "only, read only files inside it and write only into its scratch/",
     "ATTUNE_CORPUS_DIR": "where the reference corpora are read from (default: ../shared/data beside the repository)",
     "ATTUNE_PYTHON": "the Python launch_campaign.sh runs the launcher with (default: python3, or the demo's .venv)",
     "ATTUNE_CLAUDE_BIN": "the Claude Code program the launcher starts for ATTUNE_AGENT=claude (default: claude on "

@@ -304,6 +304,7 @@ MINIMAL = {
     "candidate": ["new", "--parent", "baseline", "--set", "overlap-grad-reduce", "--lever", "overlap-grad-reduce",
                   "--hypothesis", "h"],
     "launch": ["--baseline"], "poll": ["r001"], "finalize": ["r001"], "teardown": ["r001"], "topology": ["r001"],
+    "kube": ["pods", "r001"],
     "gate": ["--run", "r006"], "profile": ["--run", "r001"], "report": [], "doctor": [],
 }
 # help words of an argument that names a file; those that do but are not read are listed with why
@@ -315,6 +316,7 @@ NOT_READ = {("rows", "out"): "an output: the file or folder the verb writes",
             ("candidate", "lever"): "a lever id; the catalog it is read from is the candidate-levers case",
             ("candidate", "pod_hook"): "a hook name", ("launch", "pod_hook"): "a hook name",
             ("gate", "run"): "a run id; a run directory's files are the gate-* cases",
+            ("kube", "target"): "a run id, or log-pod: objects on the cluster, not files here",
             ("profile", "run"): "a run id; its traces and recipe are the profile-* cases",
             ("verify", "replay"): "a switch: the logs and run directories it reads are the campaign's own, and one "
                                   "that is missing or changed is a replay failure (test_replay.py)"}
