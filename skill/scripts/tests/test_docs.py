@@ -67,3 +67,21 @@ def test_past_tuning_projects_follow_their_format_and_say_when_they_are_simulate
                                                 "rejected", "gpu_hours_spent", "simulated"} <= set(data), path.name
         assert data["simulated"] == path.stem.endswith("-simulated"), path.name
         assert all(item["simulated"] == data["simulated"] for item in data["kept"] + data["rejected"]), path.name
+
+
+def test_the_readme_layout_names_every_package_and_harness_entry_with_what_it_is():
+    import subprocess
+    section = README.split("## Layout", 1)[1].split("\n## ", 1)[0]
+    described = {}
+    for line in section.splitlines():
+        match = re.match(r"^(\s*)(\S+)\s{2,}(\S.*)$", line)
+        if match:
+            described.setdefault(len(match.group(1)), {})[match.group(2).rstrip("/")] = match.group(3)
+    tracked = subprocess.run(["git", "ls-files", "skill/scripts", "harness"], cwd=str(REPO), stdout=subprocess.PIPE,
+                             check=True).stdout.decode().split()
+    scripts = {path.split("/")[2] for path in tracked if path.startswith("skill/scripts/") and path.count("/") >= 2}
+    harness = {path.split("/")[1] for path in tracked if path.startswith("harness/")}
+    assert scripts and harness
+    missing = sorted(name for name in scripts if name not in described.get(4, {}))
+    missing += sorted(name for name in harness if name not in described.get(2, {}))
+    assert not missing, "README's layout does not say what these are: %s" % missing
