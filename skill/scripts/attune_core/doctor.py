@@ -49,6 +49,7 @@ import sys
 from pathlib import Path
 from typing import Callable, Mapping, Optional
 
+from . import confinement
 from .errors import AttuneError
 
 OK, FAILED, SKIPPED, NOT_RUN = "ok", "failed", "skipped", "not_run"
@@ -229,47 +230,12 @@ def check_sandbox(p: _Probe) -> Result:
     if p.agent_command or p.settings.agent != "claude":
         return Result("sandbox", SKIPPED, "the agent is %s, which does not run in Claude Code's sandbox"
                       % ("the launcher's --agent-command" if p.agent_command else "ATTUNE_AGENT=%s" % p.settings.agent))
-    missing = sandbox_unavailable(p.env)
+    missing = confinement.sandbox_unavailable(p.env)
     if missing:
         return _failed("sandbox", "Claude Code's sandbox cannot start here: %s" % "; ".join(what for what, _ in missing),
                        "; ".join(fix for _, fix in missing))
     return _ok("sandbox", "Claude Code's sandbox can start here (%s)" % (
         "Seatbelt" if sys.platform == "darwin" else "bubblewrap and socat, user namespaces allowed"))
-
-
-def sandbox_unavailable(env: Mapping[str, str], platform: str = None) -> list:
-    """What stops Claude Code's sandbox from starting here, each ``(what, fix)``; empty when it can start."""
-    platform = platform or sys.platform
-    path = env.get("PATH")
-    if platform == "darwin":
-        return [] if shutil.which("sandbox-exec", path=path) else [
-            ("sandbox-exec (Seatbelt) is not on PATH", "run on a macOS with /usr/bin/sandbox-exec")]
-    if not platform.startswith("linux"):
-        return [("Claude Code's sandbox runs on Linux, WSL2 and macOS, not on %s" % platform,
-                 "run the campaign on Linux or macOS")]
-    missing = []
-    bwrap = shutil.which("bwrap", path=path)
-    if not bwrap:
-        missing.append(("bubblewrap (bwrap) is not on PATH",
-                        "install it (apt-get install bubblewrap, or dnf install bubblewrap)"))
-    if not shutil.which("socat", path=path):
-        missing.append(("socat is not on PATH", "install it (apt-get install socat, or dnf install socat)"))
-    if bwrap:
-        argv = [bwrap, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--unshare-net", "--unshare-pid",
-                "true"]
-        try:
-            proc = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                  timeout=VERSION_TIMEOUT_S)
-            failure = None if proc.returncode == 0 else (proc.stderr.decode("utf-8", "replace").strip()[:300]
-                                                          or "exit %d" % proc.returncode)
-        except (OSError, subprocess.TimeoutExpired) as exc:
-            failure = str(exc)
-        if failure is not None:
-            missing.append(("bwrap cannot make a sandbox here (%s)" % failure,
-                            "allow unprivileged user namespaces (sysctl kernel.unprivileged_userns_clone=1; on "
-                            "Ubuntu 24.04 kernel.apparmor_restrict_unprivileged_userns=0), or run where a container "
-                            "does not forbid them"))
-    return missing
 
 
 def check_context(p: _Probe) -> Result:
@@ -382,61 +348,24 @@ def check_access(p: _Probe) -> Result:
                % (settings.namespace, len(ACCESS)))
 
 
-# what the campaign's credentials should not be able to do: anything outside its namespace (namespace "" asks
-# about every namespace), and reading the namespace's secrets
-BEYOND = (("list", "", "pods", "", ""), ("create", "ray.io", "rayjobs", "", ""), ("delete", "ray.io", "rayjobs", "", ""),
-          ("create", "", "pods", "exec", ""), ("list", "", "namespaces", "", ""), ("get", "", "secrets", "", None))
-
-
-def _wildcards(rules) -> list:
-    """The rules of a SelfSubjectRulesReview that grant every verb or every resource."""
-    out = []
-    for rule in rules or []:
-        verbs, resources = rule.verbs or [], rule.resources or []
-        if "*" in verbs or "*" in resources:
-            out.append("%s on %s" % (",".join(verbs), ",".join(resources)))
-    return out
-
-
 def check_scope(p: _Probe) -> Result:
     """What the campaign's credentials may do (SelfSubjectRulesReview in the namespace), and a warning when they
-    reach beyond it (SelfSubjectAccessReviews in every namespace, and for the namespace's secrets)."""
-    from kubernetes import client
+    reach beyond it (``confinement.credential_scope``)."""
     settings = p.settings
-    api = client.AuthorizationV1Api(p.api)
     try:
-        review = api.create_self_subject_rules_review(client.V1SelfSubjectRulesReview(
-            spec=client.V1SelfSubjectRulesReviewSpec(namespace=settings.namespace)), _request_timeout=TIMEOUT_S)
-    except Exception as exc:
-        return _failed("scope", "cannot ask what the campaign may do (SelfSubjectRulesReview: %s)" % _api_error(exc),
-                       "use credentials that may create selfsubjectrulesreviews (every authenticated user may, by "
-                       "default)")
-    rules = (review.status.resource_rules if review.status else None) or []
-    beyond = []
-    for verb, group, resource, sub, namespace in BEYOND:
-        body = client.V1SelfSubjectAccessReview(spec=client.V1SelfSubjectAccessReviewSpec(
-            resource_attributes=client.V1ResourceAttributes(
-                namespace=settings.namespace if namespace is None else namespace, verb=verb, group=group,
-                resource=resource, subresource=sub or None)))
-        try:
-            allowed = api.create_self_subject_access_review(body, _request_timeout=TIMEOUT_S).status.allowed
-        except Exception as exc:
-            return _failed("scope", "cannot ask what the campaign may do (SelfSubjectAccessReview: %s)"
-                           % _api_error(exc), "use credentials that may create selfsubjectaccessreviews")
-        if allowed:
-            beyond.append("%s %s%s%s%s" % (verb, resource, "." + group if group else "", "/" + sub if sub else "",
-                                           " in namespace %s" % settings.namespace if namespace is None
-                                           else " in every namespace"))
-    wildcards = _wildcards(rules)
-    facts = {"rules": len(rules), "beyond_namespace": beyond, "wildcard_rules": wildcards,
-             "incomplete": bool(review.status and review.status.incomplete)}
-    if beyond or wildcards:
+        scope = confinement.credential_scope(p.api, settings.namespace, TIMEOUT_S)
+    except confinement.ReviewError as exc:
+        return _failed("scope", "cannot ask what the campaign may do (%s: %s)" % (exc.review, _api_error(exc.cause)),
+                       "use credentials that may create %ss (every authenticated user may, by default)"
+                       % exc.review.lower())
+    if scope["beyond_namespace"] or scope["wildcard_rules"]:
         return Result("scope", WARNING, "the credentials of context %s reach beyond what a campaign needs: %s" % (
-            settings.kube_context, "; ".join(beyond + ["a rule granting %s" % w for w in wildcards])),
-            "run the campaign as a service account bound to a Role in namespace %s only (README: Security, "
-            "\"Credentials for one namespace\")" % settings.namespace, facts)
+            settings.kube_context, "; ".join(scope["beyond_namespace"] + ["a rule granting %s" % w
+                                                                         for w in scope["wildcard_rules"]])),
+            "run the campaign as a service account bound to a Role in namespace %s only (README: Safety, "
+            "\"Credentials for one namespace\")" % settings.namespace, scope)
     return _ok("scope", "the credentials of context %s are held to namespace %s (%d rules there; nothing in other "
-               "namespaces, no secrets)" % (settings.kube_context, settings.namespace, len(rules)), **facts)
+               "namespaces, no secrets)" % (settings.kube_context, settings.namespace, scope["rules"]), **scope)
 
 
 def check_log_pod(p: _Probe) -> Result:

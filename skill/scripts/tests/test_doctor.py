@@ -12,7 +12,7 @@ from conftest import DATA, REPO
 from fake_kube import FakeKube, write_kubeconfig
 
 from attune_core import campaign as campaign_mod
-from attune_core import cli, doctor
+from attune_core import cli, confinement, doctor
 from attune_core import settings as settings_mod
 
 RECIPE = (DATA / "recipes" / "megatron_rayjob.yaml").read_text()
@@ -323,14 +323,14 @@ def _tools(folder, bwrap_script):
 
 
 def test_the_sandbox_check_names_what_is_missing_and_how_to_install_it(tmp_path):
-    missing = doctor.sandbox_unavailable({"PATH": _tools(tmp_path / "none", None)}, platform="linux")
+    missing = confinement.sandbox_unavailable({"PATH": _tools(tmp_path / "none", None)}, platform="linux")
     assert [what for what, _ in missing] == ["bubblewrap (bwrap) is not on PATH"]
     assert "apt-get install bubblewrap" in missing[0][1]
     refused = "#!/bin/sh\necho 'bwrap: No permissions to create new namespace' >&2\nexit 1\n"
-    missing = doctor.sandbox_unavailable({"PATH": _tools(tmp_path / "userns", refused)}, platform="linux")
+    missing = confinement.sandbox_unavailable({"PATH": _tools(tmp_path / "userns", refused)}, platform="linux")
     assert missing[0][0] == "bwrap cannot make a sandbox here (bwrap: No permissions to create new namespace)"
     assert "unprivileged_userns_clone" in missing[0][1]
-    assert doctor.sandbox_unavailable({"PATH": ""}, platform="win32")[0][0].endswith("not on win32")
+    assert confinement.sandbox_unavailable({"PATH": ""}, platform="win32")[0][0].endswith("not on win32")
 
 
 def test_the_sandbox_check_skips_an_agent_that_is_not_claude(local, capsys, monkeypatch):
