@@ -63,7 +63,7 @@ sys.path.insert(0, str(REPO / "skill" / "scripts"))
 import campaign_files  # noqa: E402
 import integrity  # noqa: E402
 import sandbox  # noqa: E402
-from stop import campaign_state, decide as stop_decide  # noqa: E402
+from stop import campaign_state, decide as stop_decide, over as stop_over  # noqa: E402
 
 from attune_core import campaign as campaign_mod  # noqa: E402
 from attune_core import doctor as doctor_mod  # noqa: E402
@@ -296,8 +296,7 @@ def _doctor(settings, reuse, agent_cmd: str):
 
 
 def _over(directory: Path, settings_map: dict) -> bool:
-    state = campaign_state(str(directory), settings_map)
-    return bool((state["budget"]["exhausted"] or state["stop"]) and state["report"])
+    return stop_over(campaign_state(str(directory), settings_map))
 
 
 def launch(directory: Path, goal_prompt: Path = None, session: str = None, prepare_only: bool = False,

@@ -107,8 +107,9 @@ class Builder(object):
                expected_gpu_hours=0.25, write_recipe=True, simulated=None, pod_hooks=None, cpu=None, leave_out=None):
         text = "# recipe %s\nkind: RayJob\n" % recipe
         sha = hashlib.sha256(text.encode()).hexdigest()
-        payload = {"run": run, "purpose": purpose, "recipe_sha256": sha, "gpus": gpus, "backend": "local",
-                   "expected_gpu_hours": expected_gpu_hours}
+        payload = {"run": run, "purpose": purpose, "recipe_sha256": sha, "gpus": gpus, "backend": "local"}
+        if expected_gpu_hours is not None:  # None: a launch without an estimate
+            payload["expected_gpu_hours"] = expected_gpu_hours
         if parent is not None:
             payload["parent"] = parent
         if change is not None:
