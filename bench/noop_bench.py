@@ -46,7 +46,6 @@ from simulate import model  # noqa: E402
 
 STEPS = 20
 GBS, SEQ = 256, 4096
-REPEAT = ranking.REPEAT_LINE
 
 
 def _sha(text: str) -> str:
@@ -115,12 +114,11 @@ def play(key: str, levers: int, effect: float, repeats: int, gpus: int, step_s: 
             gain = result.compare(result.recipes[_sha(recipe)], result.baseline)
             singles.append(gain.wins)
         while sequential:
-            todo = [REPEAT.match(line) for line in result.pending]
-            todo = [m for m in todo if m and c.recipe_of[m.group(1)] == recipe]
+            todo = [item for item in result.actions if item["action"] == "repeat" and c.recipe_of[item["run"]] == recipe]
             if not todo:
                 break
-            again = c.recipe_of[todo[0].group(2)]
-            c.run(again, "repeat" if again != recipe else "confirm", parent=todo[0].group(2))
+            again = c.recipe_of[todo[0]["repeat_of"]]
+            c.run(again, "repeat" if again != recipe else "confirm", parent=todo[0]["repeat_of"])
             extra += 1
             result = c.rank()
     leader_recipe = next(r for r in c.order if _sha(r) == result.leader.sha)

@@ -195,7 +195,8 @@ class Ranking:
     repeats_needed: int
     stop: Optional[dict]
     warnings: list
-    pending: list = dataclasses.field(default_factory=list)
+    pending: list = dataclasses.field(default_factory=list)  # what is needed next, as lines (``actions``' texts)
+    actions: list = dataclasses.field(default_factory=list)  # the same as fields: action, run, text (``_pending``)
     by_id: dict = dataclasses.field(default_factory=dict)
     noise_floor: float = 0.01
     baseline_repeats: int = 3
@@ -674,7 +675,8 @@ def assemble(runs: dict, stops: list, warnings: list, noise_floor=0.01, baseline
                       repeats_needed=max(0, baseline_repeats - have), stop=stop, warnings=warnings,
                       by_id=runs, noise_floor=noise_floor, baseline_repeats=baseline_repeats,
                       false_win_rate=false_win_rate, tested=tested, noise_sd=sd, noise_df=df, dropped=dropped)
-    ranking.pending = _pending(ranking)
+    ranking.actions = _pending(ranking)
+    ranking.pending = [item["text"] for item in ranking.actions]
     return ranking
 
 
@@ -769,18 +771,48 @@ def leader_history(ranking: Ranking) -> list:
     return out
 
 
-# a `repeat` line of ``_pending``, as the planner and the benchmarks read it: (the candidate's run, the run to repeat)
-REPEAT_LINE = re.compile(r"^repeat (\S+): .* launch --repeat-of (\S+),")
-
-
 def _pending(ranking: Ranking) -> list:
-    """What the campaign needs next, as short imperative lines (for ``attune status``)."""
+    """What the campaign needs next, each ``{"action", "run", "text", ...}``: the action as a field (``finalize``,
+    ``launch_baseline``, ``repeat_baseline``, ``reduce_noise``, ``confirm``, ``repeat`` with ``repeat_of``,
+    ``gate``), and the short imperative line ``attune status`` prints."""
     todo = []
+
+    def need(action, text, run=None, **extra):
+        todo.append(dict({"action": action, "run": run, "text": text}, **extra))
     for run in ranking.in_flight:
-        todo.append("finalize run %s (launched %s)" % (run.run, run.launch_ts))
+        need("finalize", "finalize run %s (launched %s)" % (run.run, run.launch_ts), run.run)
     if ranking.baseline is None:
-        todo.append("launch the baseline")
+        need("launch_baseline", "launch the baseline")
         return todo
+    if ranking.repeats_needed:
+        need("repeat_baseline", "repeat the baseline: %d more rankable run(s) needed to measure the noise"
+             % ranking.repeats_needed, count=ranking.repeats_needed)
+    lead = ranking.leader
+    if not ranking.band_established or lead is None:
+        return todo
+    if ranking.noise_sd is not None and ranking.noise_sd > NOISY_SD:
+        need("reduce_noise", "the run-to-run sd is %.2f%% (%s): find why repeats of one recipe differ this much "
+             "(contention, stragglers, placement, a step too short to time) before testing candidates: a 2-run "
+             "candidate needs %s" % (ranking.noise_sd * 100, ranking.band_basis, band_text(ranking.band)))
+    for recipe in sorted(ranking.recipes.values(), key=lambda r: (r.first.launch_ts, r.sha)):
+        if recipe.is_baseline or recipe is lead or recipe.gate == "fail" or recipe.score is None:
+            continue
+        gain, verdict = ranking.ahead(recipe, lead)
+        if verdict not in ("wins", "ahead"):
+            continue
+        first = recipe.first.run
+        busy = any(not run.finalized for run in recipe.runs)
+        if len(recipe.rankable) < 2 and not busy:
+            need("confirm", "confirm %s: %s over the leader from one run; relaunch the same recipe with purpose "
+                 "confirm (a candidate is tested from 2 runs)" % (first, pct(gain.estimate)), first)
+        elif verdict == "ahead" and not busy and recipe.n < MAX_RUNS:
+            again = lead.first.run if lead.n < recipe.n else first
+            need("repeat", "repeat %s: %s over the leader is not conclusive (it needs %s at %d runs); launch "
+                 "--repeat-of %s, the recipe with fewer runs, to narrow the test"
+                 % (first, gain_text(gain), pct(gain.need), recipe.n, again), first, repeat_of=again)
+        if recipe.gate is None:
+            need("gate", "gate %s: a candidate needs a passing correctness gate to lead" % first, first)
+    return todo
     if ranking.repeats_needed:
         todo.append("repeat the baseline: %d more rankable run(s) needed to measure the noise" % ranking.repeats_needed)
     lead = ranking.leader

@@ -65,6 +65,7 @@ def collect(snapshot: Snapshot) -> dict:
                        "expected_gpu_hours": run.expected_gpu_hours} for run in ranking.in_flight],
         "last_results": last,
         "pending": list(ranking.pending),
+        "actions": [dict(item) for item in ranking.actions],
         "stop": stop,
         "warnings": list(ranking.warnings) + snapshot.ledger_report.warnings + snapshot.gpu_report.warnings,
     }

@@ -47,7 +47,6 @@ SCRIPTS = HERE.parent
 if str(SCRIPTS) not in sys.path:
     sys.path.insert(0, str(SCRIPTS))
 
-from attune_core import ranking as ranking_mod  # noqa: E402
 from planner import policy, progress, space as space_mod  # noqa: E402
 
 ATTUNE = SCRIPTS / "attune.py"
@@ -395,13 +394,11 @@ class Planner(object):
         for run, row in sorted(launches.items(), key=lambda item: item[1]["seq"]):
             by_sha.setdefault(row["recipe_sha256"], []).append(run)
         pending, repeats = {}, {}
-        for line in status.get("pending", ()):
-            match = re.match(r"^(confirm|gate|repeat) (\S+):", line)
-            if match:
-                pending.setdefault(match.group(2), set()).add(match.group(1))
-            again = ranking_mod.REPEAT_LINE.match(line)
-            if again:
-                repeats[again.group(1)] = again.group(2)
+        for item in status.get("actions", ()):
+            if item.get("action") in ("confirm", "gate", "repeat") and item.get("run"):
+                pending.setdefault(item["run"], set()).add(item["action"])
+            if item.get("action") == "repeat" and item.get("repeat_of"):
+                repeats[item["run"]] = item["repeat_of"]
         first_base = min((r for r in launches.values() if r["purpose"] == "baseline"), key=lambda r: r["seq"],
                          default=None)
         baseline_runs = tuple(by_sha.get(first_base["recipe_sha256"], ())) if first_base else ()

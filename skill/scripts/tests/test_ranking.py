@@ -147,7 +147,8 @@ def test_a_close_candidate_is_repeated_before_it_is_judged(tmp_path):
     assert ranked.noise_floor < gain.estimate < gain.need and not gain.wins
     assert ranked.run_status(ranked.run("r004")) == "ahead of leader, not conclusive"
     assert any(item.startswith("repeat r004: +2.") and "--repeat-of r004" in item for item in ranked.pending)
-    assert [m.groups() for m in map(ranking_mod.REPEAT_LINE.match, ranked.pending) if m] == [("r004", "r004")]
+    assert [(a["run"], a["repeat_of"]) for a in ranked.actions if a["action"] == "repeat"] == [("r004", "r004")]
+    assert [a["text"] for a in ranked.actions] == ranked.pending
 
 
 def test_leader_needs_band_gate_and_confirmation(tmp_path):
