@@ -152,3 +152,18 @@ def test_subprocess_without_campaign_denies_bash(dirs):
                           stderr=subprocess.PIPE, env=env, timeout=60)
     assert proc.returncode == 0
     assert json.loads(proc.stdout)["hookSpecificOutput"]["permissionDecision"] == DENY
+
+
+def test_each_guard_module_imports_only_the_modules_before_it():
+    import ast
+    import re as re_mod
+    folder = os.path.join(HOOKS, "guard")
+    doc = ast.get_docstring(ast.parse(open(os.path.join(folder, "__init__.py")).read()))
+    order = ["context", "lexer", "paths", "commands", "interpreters", "writers", "manifest", "kubectl", "verbs",
+             "dispatch"]
+    assert [name for name in order if re_mod.search(r"\b%s\b" % name, doc)] == order
+    assert sorted(order) == sorted(name[:-3] for name in os.listdir(folder) if name.endswith(".py") and name != "__init__.py")
+    for index, name in enumerate(order):
+        tree = ast.parse(open(os.path.join(folder, name + ".py")).read())
+        imported = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.level == 1}
+        assert imported <= set(order[:index]), (name, sorted(imported - set(order[:index])))

@@ -12,6 +12,7 @@ import re
 import shlex
 
 from .context import (
+    PROGRAMS, PROGRAM_PATTERNS,
     _ASSIGN, _Deny, _GLOB_CHARS, MARK, MAX_DEPTH, _mentions_kubectl, NOT_A_BOUNDARY, _Unparsable)
 from .lexer import _Lexer, _parse, Word
 from .paths import _check_write, _read_path, _read_real, _read_virtual, _resolve
@@ -193,11 +194,9 @@ def _run(words, env, stdin, ctx, depth):
         finally:
             ctx.expanding.discard(prog)
         return
-    from .dispatch import _PROGRAMS  # not at the top: dispatch and interpreters import this module
-    from .interpreters import _python
-    handler = _PROGRAMS.get(prog)
-    if handler is None and re.match(r"^(python|pypy)[0-9.]*$", prog):
-        handler = _python
+    handler = PROGRAMS.get(prog)
+    if handler is None:
+        handler = next((check for pattern, check in PROGRAM_PATTERNS if pattern.match(prog)), None)
     if handler is not None:
         handler(prog, args, env, stdin, ctx, depth)
 

@@ -25,6 +25,12 @@ _FALSE = ("0", "false", "no", "off")
 _NOTES = "keep your own notes in notes.md or scratch/"
 
 
+# program name -> the function that checks a call of it, and (pattern, function) for families of names (python3.11):
+# filled by ``dispatch`` when the package loads (``guard/__init__``), read by ``commands``, which imports no later module
+PROGRAMS = {}
+PROGRAM_PATTERNS = []
+
+
 class _Deny(Exception):
     def __init__(self, reason):
         Exception.__init__(self, reason)

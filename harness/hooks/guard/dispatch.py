@@ -1,11 +1,15 @@
-"""The table from program name to the function that checks a call of it; programs not listed
-are allowed as they are (their redirections are still checked).
+"""The table from program name to the function that checks a call of it, registered into
+``context.PROGRAMS`` when the package loads; programs not listed are allowed as they are (their
+redirections are still checked).
 """
+
+import re
 
 from .commands import (
     _alias, _cd, _command, _doas, _env, _eval, _exec, _export, _ionice, _nice, _plain_wrapper, _shell,
     _source, _stdbuf, _sudo, _time, _timeout, _watch, _xargs)
-from .interpreters import _awk, _node, _perl, _ruby
+from .context import PROGRAM_PATTERNS, PROGRAMS
+from .interpreters import _awk, _node, _perl, _python, _ruby
 from .writers import _copy_like, _curl, _dd, _find, _rsync, _sed, _sort, _tee, _wget, _writer_all
 from .kubectl import _kubectl as _kubectl_rules
 from .verbs import _attune, kubectl_in_sandbox
@@ -39,3 +43,6 @@ _PROGRAMS = {
     "truncate": _writer_all("%s of", "sr", ("size", "reference")),
     "dd": _dd, "sort": _sort, "curl": _curl, "wget": _wget, "find": _find,
 }
+
+PROGRAMS.update(_PROGRAMS)
+PROGRAM_PATTERNS.append((re.compile(r"^(python|pypy)[0-9.]*$"), _python))
