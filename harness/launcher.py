@@ -51,6 +51,7 @@ import stat
 import subprocess
 import sys
 import tempfile
+import threading
 import uuid
 from pathlib import Path
 
@@ -205,10 +206,18 @@ def agent_command(settings, prompt: str, session: str = None, extra: str = None,
     return argv
 
 
+_STDERR = threading.Lock()  # the planner's copied lines and the launcher's own: whole lines, never interleaved
+
+
+def _say(text: str) -> None:
+    """Write one whole line to stderr (one write, under the lock the copier of the agent's lines holds)."""
+    with _STDERR:
+        sys.stderr.write(text if text.endswith("\n") else text + "\n")
+        sys.stderr.flush()
+
+
 def _run_streaming(argv: list, directory: Path, env: dict, stdin) -> subprocess.CompletedProcess:
     """Run ``argv`` with its stderr copied line by line to ours as it comes (and kept); stdout kept."""
-    import threading
-
     proc = subprocess.Popen(argv, cwd=str(directory), env=env, stdin=stdin, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE)
     kept = []
@@ -216,8 +225,7 @@ def _run_streaming(argv: list, directory: Path, env: dict, stdin) -> subprocess.
     def copy():
         for line in iter(proc.stderr.readline, b""):
             kept.append(line)
-            sys.stderr.write(line.decode("utf-8", "replace"))
-            sys.stderr.flush()
+            _say(line.decode("utf-8", "replace"))
     thread = threading.Thread(target=copy, daemon=True)
     thread.start()
     out = proc.stdout.read()
@@ -551,8 +559,7 @@ def main(argv=None) -> int:
 def _interrupted() -> int:
     """Ctrl-C: say how to go on (the runs in flight keep running; the resumed session follows them)."""
     how = ("resume with: %s" % _RESUME[-1]) if _RESUME else "no session had started"
-    print("launch_campaign: interrupted; the runs in flight go on and a resumed session follows them; %s" % how,
-          file=sys.stderr)
+    _say("launch_campaign: interrupted; the runs in flight go on and a resumed session follows them; %s" % how)
     return 130
 
 
