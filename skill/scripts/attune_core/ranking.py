@@ -813,31 +813,3 @@ def _pending(ranking: Ranking) -> list:
         if recipe.gate is None:
             need("gate", "gate %s: a candidate needs a passing correctness gate to lead" % first, first)
     return todo
-    if ranking.repeats_needed:
-        todo.append("repeat the baseline: %d more rankable run(s) needed to measure the noise" % ranking.repeats_needed)
-    lead = ranking.leader
-    if not ranking.band_established or lead is None:
-        return todo
-    if ranking.noise_sd is not None and ranking.noise_sd > NOISY_SD:
-        todo.append("the run-to-run sd is %.2f%% (%s): find why repeats of one recipe differ this much (contention, "
-                    "stragglers, placement, a step too short to time) before testing candidates: a 2-run candidate "
-                    "needs %s" % (ranking.noise_sd * 100, ranking.band_basis, band_text(ranking.band)))
-    for recipe in sorted(ranking.recipes.values(), key=lambda r: (r.first.launch_ts, r.sha)):
-        if recipe.is_baseline or recipe is lead or recipe.gate == "fail" or recipe.score is None:
-            continue
-        gain, verdict = ranking.ahead(recipe, lead)
-        if verdict not in ("wins", "ahead"):
-            continue
-        first = recipe.first.run
-        busy = any(not run.finalized for run in recipe.runs)
-        if len(recipe.rankable) < 2 and not busy:
-            todo.append("confirm %s: %s over the leader from one run; relaunch the same recipe with purpose "
-                        "confirm (a candidate is tested from 2 runs)" % (first, pct(gain.estimate)))
-        elif verdict == "ahead" and not busy and recipe.n < MAX_RUNS:
-            again = lead.first.run if lead.n < recipe.n else first
-            todo.append("repeat %s: %s over the leader is not conclusive (it needs %s at %d runs); launch "
-                        "--repeat-of %s, the recipe with fewer runs, to narrow the test"
-                        % (first, gain_text(gain), pct(gain.need), recipe.n, again))
-        if recipe.gate is None:
-            todo.append("gate %s: a candidate needs a passing correctness gate to lead" % first)
-    return todo
