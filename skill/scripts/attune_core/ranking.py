@@ -29,7 +29,6 @@ import dataclasses
 import functools
 import json
 import math
-import re
 import statistics
 from typing import Optional
 
