@@ -41,7 +41,7 @@ def build(root: Path) -> Path:
                           env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     if proc.returncode != 0:
         raise SystemExit("bench: prepare failed: %s" % proc.stderr.decode())
-    from attune_core.campaign import Campaign
+    from attune.campaign.ledger import Campaign
     from factory import jittered, metrics
     campaign = Campaign(directory)
     for n in range(1, 101):  # SYNTHETIC runs: launch, result, charge

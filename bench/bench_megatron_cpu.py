@@ -31,10 +31,10 @@ sys.path.insert(0, str(REPO / "skill" / "scripts"))
 sys.path.insert(0, str(REPO / "harness"))
 
 import megatron_cpu  # noqa: E402
-from attune_core import logparse  # noqa: E402
-from attune_core.finalize import metrics_columns  # noqa: E402
-from attune_core.measure import score_run  # noqa: E402
-from attune_core.recipe import Recipe  # noqa: E402
+from attune.core import logparse  # noqa: E402
+from attune.campaign.finalize import metrics_columns  # noqa: E402
+from attune.core.measure import score_run  # noqa: E402
+from attune.core.recipe import Recipe  # noqa: E402
 
 WRAP = REPO / "skill" / "scripts" / "pod_hooks" / "wrap.py"
 RECOMPUTE = [{"op": "unset", "arg": "--recompute-granularity"}, {"op": "unset", "arg": "--recompute-method"},

@@ -28,7 +28,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "skill" / "scripts"))
 
-from projection import api, calibrate  # noqa: E402
+from attune.projection import api, calibrate  # noqa: E402
 
 DSV3_1024 = {
     "--num-layers": "61", "--hidden-size": "7168", "--ffn-hidden-size": "18432", "--num-attention-heads": "128",

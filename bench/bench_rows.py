@@ -33,7 +33,7 @@ REPO = Path(__file__).resolve().parent.parent
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")  # no "PyTorch was not found" notice
 sys.path.insert(0, str(REPO / "skill" / "scripts"))
 
-from data import rows as rows_mod, tokenize  # noqa: E402
+from attune.data import rows as rows_mod, tokenize  # noqa: E402
 
 TEMPLATE = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
             "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")

@@ -8,7 +8,7 @@
 This is a benchmark, not a test: it never fails on slowness, it reports it. It exits non-zero only
 when a timed command itself fails (a non-zero exit status or a timeout).
 
-1. Build. A campaign is written through the real library (``attune_core.campaign.init``, then
+1. Build. A campaign is written through the real library (``attune.campaign.ledger.init``, then
    ``Campaign.ledger.append_many`` and ``Campaign.gpu_log.append_many``), so every row is
    validated and hash-chained exactly as in a real campaign. The library and ``tests/factory.py``
    are imported from the copy being timed (``--attune``, default this checkout), so the rows have
@@ -74,18 +74,24 @@ FLOOR_STEP_MS = 0.7 * BASE_STEP_MS  # candidates approach this, never pass it
 GBS, SEQ = 1024, 4096
 PARALLEL = 4  # runs in flight at once (SYNTHETIC)
 
-# Bound by load_library(): the attune_core and factory of the copy being timed.
+# Bound by load_library(): the campaign library and factory of the copy being timed.
 campaign_mod = jittered = metrics = settings = None
 
 
 def load_library(scripts_dir):
-    """Import ``attune_core`` and ``tests/factory.py`` from ``scripts_dir`` (the copy being timed).
+    """Import the campaign library and ``tests/factory.py`` from ``scripts_dir`` (the copy being timed): the
+    ``attune`` package (``campaign/ledger.py``), or in a copy from before it, the ``attune_core`` package.
 
     The campaign is written by the same code that is timed, so the row format always matches it.
     """
     global campaign_mod, jittered, metrics, settings
     sys.path[:0] = [str(scripts_dir), str(Path(scripts_dir) / "tests")]
-    from attune_core import campaign as campaign_mod
+    if (Path(scripts_dir) / "campaign" / "ledger.py").exists():
+        import attune  # noqa: F401  (attune.py loads the package from scripts_dir)
+        from attune.campaign import ledger as campaign_mod
+    else:
+        import importlib
+        campaign_mod = importlib.import_module("attune_core.campaign")
     from factory import jittered, metrics, settings
 
 
@@ -99,7 +105,7 @@ COMMANDS = (
     ("status_new_row", ["status"]),
     ("rank_new_row", ["rank"]),
     # The same with the view cache removed first (.attune/cache: a verified prefix that status and
-    # rank reuse; see attune_core/viewcache.py): what the first command after a restart pays.
+    # rank reuse; see campaign/viewcache.py): what the first command after a restart pays.
     ("status_cold", ["status"]),
     ("rank_cold", ["rank"]),
 )
@@ -333,12 +339,12 @@ def loadavg():
 
 
 def fingerprint(attune):
-    """SHA-256 over the code in play (attune.py, attune_core/*.py, tests/factory.py), to notice edits."""
+    """SHA-256 over the code in play (attune.py, the package's *.py, tests/factory.py), to notice edits."""
     digest = hashlib.sha256()
     root = Path(attune).resolve().parent
-    paths = [Path(attune).resolve()] + sorted((root / "attune_core").glob("*.py")) + [root / "tests" / "factory.py"]
-    for path in paths:
-        digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+    code = sorted(path for path in root.rglob("*.py") if "tests" not in path.relative_to(root).parts)
+    for path in code + [root / "tests" / "factory.py"]:
+        digest.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes() + b"\0")
     return digest.hexdigest()
 
 
@@ -385,7 +391,7 @@ def main(argv=None):
                         help="time only these commands")
     parser.add_argument("--attune", metavar="PATH", default=str(ATTUNE),
                         help="the attune.py to time (default: this checkout's skill/scripts/attune.py); its "
-                             "attune_core and tests/factory.py also write the campaign. Point it at a frozen copy "
+                             "package and tests/factory.py also write the campaign. Point it at a frozen copy "
                              "to time one version while skill/ is being edited")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("--out", metavar="FILE",

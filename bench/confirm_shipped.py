@@ -24,7 +24,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "bench"))
 
 import bench_megatron_cpu as lever_bench  # noqa: E402  (sets the import paths)
-from attune_core.recipe import Recipe  # noqa: E402
+from attune.core.recipe import Recipe  # noqa: E402
 
 
 def claimed_gain(report: Path):

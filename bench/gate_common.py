@@ -321,7 +321,7 @@ _BATCH = r"""
 import json, sys
 sys.path.insert(0, sys.argv[1])
 from pathlib import Path
-from correctness.gate import run_gate
+from attune.correctness.gate import run_gate
 for line in sys.stdin:
     case = json.loads(line)
     root = Path(case["dir"])

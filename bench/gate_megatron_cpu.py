@@ -25,9 +25,9 @@ sys.path.insert(0, str(REPO / "bench"))
 
 import bench_megatron_cpu as lever_bench  # noqa: E402  (sets the import paths)
 import megatron_cpu  # noqa: E402
-from attune_core.recipe import Recipe  # noqa: E402
-from correctness import convergence  # noqa: E402
-from correctness import gate as gate_mod  # noqa: E402
+from attune.core.recipe import Recipe  # noqa: E402
+from attune.correctness import convergence  # noqa: E402
+from attune.correctness import gate as gate_mod  # noqa: E402
 
 _set = lever_bench._set
 PLACEMENT = [name for name in lever_bench.VARIANTS if name != "baseline"]

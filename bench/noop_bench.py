@@ -15,7 +15,7 @@ warm-up of iterations 1-2, fitted to real Megatron-LM runs; simulate/README.md).
 its parent's true step time, so in a campaign of no-ops any leader but the baseline is a false win; with
 ``--effects`` one candidate of the K (the middle one) is truly faster by that fraction, and a campaign
 "finds" it when its final leader builds on it. The ledger rows (launch, result with the metrics
-``finalize`` writes, gate) go through the project's own ranking (``attune_core.ranking.build``: the
+``finalize`` writes, gate) go through the project's own ranking (``attune.campaign.ranking.build``: the
 scoring window, the leader test and the ``pending`` lines ``status`` prints).
 
 Beside it, on the very same runs, the rule the leader test replaced (a range band: the widest
@@ -41,8 +41,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "skill" / "scripts"))
 
-from attune_core import ranking  # noqa: E402
-from simulate import model  # noqa: E402
+from attune.campaign import ranking  # noqa: E402
+from attune.simulate import noise as model  # noqa: E402
 
 STEPS = 20
 GBS, SEQ = 256, 4096

@@ -60,7 +60,7 @@ under every truth.
   when it exceeds the projection's usable memory (HBM x 0.95).
 * a run: 20 step times from ``simulate.model.step_times`` on the true step time (the simulator's fitted
   run offset log-sd 0.0123, jitter 0.0096, slow steps, first-step warm-up; imported), scored by
-  ``attune_core.measure.score_run`` (median of iterations 5-19). Cost: GPUs x (startup + the 20 step
+  ``attune.core.measure.score_run`` (median of iterations 5-19). Cost: GPUs x (startup + the 20 step
   times) / 3600 GPU-hours, startup = ``simulate.sim_megatron.STARTUP_S`` = 42 s (the simulator's
   initialization and data loading; real KubeRay start-up is usually longer, which would make OOMs and short
   runs relatively dearer). An OOM run costs GPUs x 42 s / 3600 (it dies in iteration 1). Illegal proposals
@@ -74,7 +74,7 @@ the methods' seed (planner tie-breaks, random's RNG, TPE's sampler), so the meth
 
 * planner: a driver loop around ``policy.propose(state)``, the State from ``policy.state_for`` (cached per
   leader recipe, the rest replaced each step): ``repeat_baseline`` and ``candidate`` launch through the
-  evaluator; the ranking is the project's (``attune_core.ranking.assemble``: band from the 3 baseline runs,
+  evaluator; the ranking is the project's (``attune.campaign.ranking.assemble``: band from the 3 baseline runs,
   floor 1%; a candidate leads once gated and confirmed and beyond the band); ``gate`` passes at no cost (the
   space holds placement changes that passed the gate's configuration check, and a simulated placement change
   stays inside the convergence floors); ``confirm`` reruns; ``retry`` reruns (never needed: the evaluator has
@@ -83,7 +83,7 @@ the methods' seed (planner tie-breaks, random's RNG, TPE's sampler), so the meth
   measured run cost (the projection's before any run).
 * random: per trial, each lever of ``space(baseline)`` takes one of its alternatives or "keep" uniformly;
   the combination is applied to the baseline and launched if ``planner.space.check`` passes (workload,
-  ``attune_core.legality``, the projection's model asserts, the gate's classes), else counted illegal and
+  ``attune.core.legality``, the projection's model asserts, the gate's classes), else counted illegal and
   redrawn.
 * TPE: optuna's ``TPESampler(seed)`` (defaults: 10 random start-up trials) over the same categorical
   dimensions; trial 0 is the baseline (enqueued); objective = measured tokens/s/GPU; OOM and illegal
@@ -95,7 +95,7 @@ the methods' seed (planner tie-breaks, random's RNG, TPE's sampler), so the meth
   baseline run by 1% and launched combinations the projection said would not fit.)
 
 **Legality** (fixed after commit 7c9eb23, when the benchmark installed a workaround behind ``--no-layout-fix``):
-``attune_core.legality.check`` now reads the layer split as Megatron-LM's ``validate_args`` does (an explicit
+``attune.core.legality.check`` now reads the layer split as Megatron-LM's ``validate_args`` does (an explicit
 ``--pipeline-model-parallel-layout`` or uneven ``--decoder-first/last-pipeline-num-layers`` set it; the layout
 must have a multiple of PP stages and place every layer), so Llama-3.1-405B (126 layers, PP 8) and DeepSeek-V3
 (61 layers, PP 8) keep their spaces with no benchmark-side patch, for every method alike.
@@ -209,7 +209,7 @@ is gone; (b) the PP lever skips recipes with an explicit layout,
 skips a predicted large loss and is priced at its own predicted cost,
 ``test_leave_one_out_skips_a_predicted_large_loss_and_is_priced_at_its_own_cost``):
 
-a. ``space.check`` calls ``attune_core.legality.check`` with the raw arguments, and its ``layers-per-stage`` rule
+a. ``space.check`` calls ``attune.core.legality.check`` with the raw arguments, and its ``layers-per-stage`` rule
    ignores ``--pipeline-model-parallel-layout`` and ``--decoder-first/last-pipeline-num-layers``
    (``projection/config.py`` drops ``--num-layers`` from the same call for exactly this reason). Every
    alternative of a recipe with an uneven pipeline fails unless it makes PP divide the layers: Llama-3.1-405B
@@ -262,8 +262,8 @@ _DIMS = {}
 
 def run_one(task: dict) -> dict:
     """One workload under one seed: the three methods, paired on the same hidden factors."""
-    from attune_core import workload as workload_mod
-    from attune_core.recipe import Recipe
+    from attune.core import workload as workload_mod
+    from attune.core.recipe import Recipe
     from search import methods
     from search.evaluator import Evaluator, canonical
     name, seed = task["workload"], task["seed"]
@@ -333,8 +333,8 @@ def _first(timeline: list, threshold: float):
 
 def _describe_change(base, recipe) -> str:
     """The shipped configuration's changes against the baseline, ``--flag=value`` / ``NAME=value`` / ``unset``."""
-    from attune_core import workload as workload_mod
-    from attune_core.recipe import diff
+    from attune.core import workload as workload_mod
+    from attune.core.recipe import diff
     words = []
     for record in diff(base, workload_mod.enforce(recipe)):
         name = record.get("arg") or record.get("env") or record.get("group")

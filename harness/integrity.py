@@ -40,7 +40,7 @@ no session ``end`` row was appended since, or when ``verify --session`` asks); `
 ``violation_removed`` (the ledger records a violation but its file is gone).
 
 What the record holds of one file or tree, and the problems between an entry and the file now, are in
-``integrity_files.py``; the append-only files' recorded prefixes and their checks in ``integrity_logs.py``. Standard library only and Python 3.7 syntax: the Stop hook imports this module. ``attune_core``
+``integrity_files.py``; the append-only files' recorded prefixes and their checks in ``integrity_logs.py``. Standard library only and Python 3.7 syntax: the Stop hook imports this module. The attune kernel
 (the chained-log reader and the row schema) is imported from the campaign's read-only skill copy
 ``<campaign>/.attune/skill/scripts`` when present, else from ``../skill/scripts`` beside this file;
 the static files are hashed first, and a skill copy that fails that check is not imported.
@@ -349,10 +349,10 @@ def _append_ledger(campaign_dir, event, detail, files=None):
         saved = sys.dont_write_bytecode
         sys.dont_write_bytecode = True
         try:
-            from attune_core.campaign import Campaign
+            from attune.campaign.ledger import Campaign
         finally:
             sys.dont_write_bytecode = saved
-    except ImportError:  # pragma: no cover - attune_core always ships campaign.py
+    except ImportError:  # pragma: no cover - the skill always ships campaign/ledger.py
         Campaign = None
     if Campaign is not None:
         return Campaign(campaign_dir).append("integrity", **payload)

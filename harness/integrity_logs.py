@@ -1,6 +1,6 @@
 """The integrity record's append-only files (``ledger.jsonl``, ``gpu_hours.jsonl``, ``levers.md``): the
 prefix a record holds of each, and the problems between that prefix and the file now. The chained logs are
-read by attune_core's chained-log reader, from the campaign's read-only skill copy when it passed the static
+read by the attune kernel's chained-log reader, from the campaign's read-only skill copy when it passed the static
 check, else from the copy beside this file. ``integrity.py`` records and verifies a campaign with these.
 
 Standard library only and Python 3.7 syntax (the Stop hook imports ``integrity``, which imports this).
@@ -28,22 +28,23 @@ class RecordError(Exception):
 
 
 def _core(campaign_dir, trust_campaign=True):
-    """``(chainlog, schema)`` modules of attune_core: an already imported copy, else the campaign's
-    read-only skill copy (unless ``trust_campaign`` is False), else the one beside this file."""
-    if "attune_core.chainlog" not in sys.modules or "attune_core.schema" not in sys.modules:
+    """``(chainlog, schema)`` modules of the attune kernel (``attune.core``): an already imported copy, else
+    the campaign's read-only skill copy (unless ``trust_campaign`` is False), else the one beside this file.
+    Its ``attune.py`` loads the package from the folder it sits in and takes that folder off ``sys.path``."""
+    if "attune.core.chainlog" not in sys.modules or "attune.core.schema" not in sys.modules:
         candidates = []
         if trust_campaign:
             candidates.append(_join(campaign_dir, SKILL_TREE + "/scripts"))
         candidates.append(os.path.normpath(os.path.join(HERE, "..", "skill", "scripts")))
         for candidate in candidates:
-            if os.path.isfile(os.path.join(candidate, "attune_core", "chainlog.py")):
+            if os.path.isfile(os.path.join(candidate, "core", "chainlog.py")):
                 if candidate not in sys.path:
                     sys.path.insert(0, candidate)
                 break
     saved = sys.dont_write_bytecode
     sys.dont_write_bytecode = True
     try:
-        from attune_core import chainlog, schema
+        from attune.core import chainlog, schema
     finally:
         sys.dont_write_bytecode = saved
     return chainlog, schema

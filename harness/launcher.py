@@ -6,7 +6,7 @@
     launch_campaign.sh --demo [campaign_dir] [--demo-model MODEL] [--demo-budget GPUH]
     launch_campaign.sh --help      (both forms and every option, plain text)
 
-First launch: validates the settings, runs ``attune doctor``'s checks (``attune_core.doctor``: the
+First launch: validates the settings, runs ``attune doctor``'s checks (``attune.campaign.doctor``: the
 baseline, its image, the agent CLI, the cluster, the rows' rows_sha256; every launch, and ``--prepare``
 too; a failing check stops the launch with exit 1 and every check's line on stderr), prepares the
 campaign directory (read-only copies of ``skill/`` and ``harness/`` under ``.attune/``, the skill linked
@@ -66,10 +66,10 @@ import integrity  # noqa: E402
 import sandbox  # noqa: E402
 from stop import campaign_state, decide as stop_decide, over as stop_over  # noqa: E402
 
-from attune_core import campaign as campaign_mod  # noqa: E402
-from attune_core import doctor as doctor_mod  # noqa: E402
-from attune_core import settings as settings_mod  # noqa: E402
-from attune_core.errors import (EXIT_CHECK_FAILED, EXIT_INTEGRITY, EXIT_OK, EXIT_USAGE, AttuneError,  # noqa: E402
+from attune.campaign import ledger as campaign_mod  # noqa: E402
+from attune.campaign import doctor as doctor_mod  # noqa: E402
+from attune.core import settings as settings_mod  # noqa: E402
+from attune.core.errors import (EXIT_CHECK_FAILED, EXIT_INTEGRITY, EXIT_OK, EXIT_USAGE, AttuneError,  # noqa: E402
                                 InputError)
 
 MAX_CAP_RESUMES = 3
@@ -147,7 +147,7 @@ def prepare(directory: Path, settings, goal_prompt: Path = None) -> campaign_mod
 
 
 def _teardown_live(directory: Path, settings) -> list:
-    from attune_core import runs as runs_mod
+    from attune.campaign import runs as runs_mod
     campaign = campaign_mod.Campaign(directory)
     done = []
     for run in integrity.live_runs(directory):

@@ -42,7 +42,7 @@ truth is a function of the projection's parsed ``Job``), and memory is the proje
 
 A run (``launch``): ``simulate.model.step_times(20, true step, run key)`` (the simulator's fitted run-to-run
 offset, per-step jitter, slow steps and warm-up, imported, not copied), scored by
-``attune_core.measure.score_run`` (median of iterations 5-19), so measured tokens/s/GPU = GBS x seq /
+``attune.core.measure.score_run`` (median of iterations 5-19), so measured tokens/s/GPU = GBS x seq /
 (median x GPUs). Peak reserved memory is reported as the true memory. Cost: GPUs x (startup + sum of the 20
 step times) / 3600 GPU-hours, with startup ``simulate.sim_megatron.STARTUP_S`` (initialization and data
 loading before iteration 1 on the simulator's clock); an OOM run dies in iteration 1 and costs GPUs x
@@ -67,13 +67,13 @@ SCRIPTS = REPO / "skill" / "scripts"
 if str(SCRIPTS) not in sys.path:
     sys.path.insert(0, str(SCRIPTS))
 
-from attune_core import workload as workload_mod  # noqa: E402
-from attune_core.measure import score_run  # noqa: E402
-from attune_core.recipe import Recipe  # noqa: E402
-from planner import space as space_mod  # noqa: E402
-from planner.policy import lognormal_sd  # noqa: E402
-from simulate import model as sim_model  # noqa: E402
-from simulate.sim_megatron import STARTUP_S  # noqa: E402
+from attune.core import workload as workload_mod  # noqa: E402
+from attune.core.measure import score_run  # noqa: E402
+from attune.core.recipe import Recipe  # noqa: E402
+from attune.planner import space as space_mod  # noqa: E402
+from attune.planner.policy import lognormal_sd  # noqa: E402
+from attune.simulate import noise as sim_model  # noqa: E402
+from attune.simulate.sim_megatron import STARTUP_S  # noqa: E402
 
 STEPS = 20
 MEMORY_SD = 0.05
@@ -88,7 +88,7 @@ INTERACT_SD = 0.03  # log-sd of each pairwise interaction (``interact``)
 def error_stats() -> dict:
     """From ``params.json``'s leave-one-out table: per kind (dense, moe) the rows, the median absolute error,
     the lognormal sd it converts to, and the within-(model, GPU) sd of the log errors."""
-    from projection import api as proj_api, dataset
+    from attune.projection import api as proj_api, dataset
     params = proj_api.load_params()
     rows = {row.row_id: row for row in dataset.load(superseded=True)[0]}
     table = params["loo"]["table"]
@@ -134,7 +134,7 @@ class Run:
     step_s: Optional[float]
     max_reserved_gib: Optional[float]
     cost: float  # GPU-hours
-    score: object = None  # attune_core.measure.RunScore
+    score: object = None  # attune.core.measure.RunScore
 
 
 def canonical(recipe: Recipe) -> str:
@@ -180,7 +180,7 @@ class Evaluator(object):
     def _key(self, recipe: Recipe, canon: str) -> str:
         if self.truth_key == "config":
             return canon
-        from projection import config as proj_config
+        from attune.projection import config as proj_config
         env = recipe.env()
         per_node = env.get("ATTUNE_SIM_GPUS_PER_NODE", "")
         try:
@@ -220,7 +220,7 @@ class Evaluator(object):
     def _true_step(self, recipe: Recipe) -> float:
         """The projection's step time of ``recipe`` under this workload's true (perturbed) efficiencies."""
         import numpy as np
-        from projection import api as proj_api, config as proj_config, hardware as proj_hw, timing
+        from attune.projection import api as proj_api, config as proj_config, hardware as proj_hw, timing
         env = recipe.env()
         gpu = proj_hw.get(env["ATTUNE_SIM_HARDWARE"])
         per_node = env.get("ATTUNE_SIM_GPUS_PER_NODE", "")
@@ -237,8 +237,8 @@ class Evaluator(object):
         baseline (1 for the other truths)."""
         if self.truth_kind != "interact":
             return 1.0
-        from attune_core.recipe import diff
-        from projection import config as proj_config
+        from attune.core.recipe import diff
+        from attune.projection import config as proj_config
         changed = sorted(json.dumps(record, sort_keys=True) for record in diff(self.baseline, recipe)
                          if record.get("arg") in proj_config.READS)
         log = 0.0

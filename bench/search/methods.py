@@ -2,7 +2,7 @@
 GPU-hour budget, and what each one ships.
 
 Every method runs its campaign through ``Campaign``: its runs are ranked by the project's own ranking
-(``attune_core.ranking.assemble``: the leader test over the baseline's three runs, confirmation, repeats of
+(``attune.campaign.ranking.assemble``: the leader test over the baseline's three runs, confirmation, repeats of
 a close candidate), and the ranking's leader is what ships. No method ships on a weaker rule than another.
 
 * ``run_planner``: a driver loop around ``planner.policy.propose`` (the State from ``policy.state_for``),
@@ -40,12 +40,12 @@ SCRIPTS = REPO / "skill" / "scripts"
 if str(SCRIPTS) not in sys.path:
     sys.path.insert(0, str(SCRIPTS))
 
-from attune_core import lessons as lessons_mod, ranking as ranking_mod  # noqa: E402
-from attune_core import workload as workload_mod  # noqa: E402
-from attune_core.errors import AttuneError, CheckFailed  # noqa: E402
-from attune_core.measure import not_rankable  # noqa: E402
-from attune_core.recipe import Recipe, diff  # noqa: E402
-from planner import policy, space as space_mod  # noqa: E402
+from attune.campaign import lessons as lessons_mod, ranking as ranking_mod  # noqa: E402
+from attune.core import workload as workload_mod  # noqa: E402
+from attune.core.errors import AttuneError, CheckFailed  # noqa: E402
+from attune.core.measure import not_rankable  # noqa: E402
+from attune.core.recipe import Recipe, diff  # noqa: E402
+from attune.planner import policy, space as space_mod  # noqa: E402
 
 from .evaluator import Evaluator, canonical  # noqa: E402
 
@@ -102,7 +102,7 @@ def _projected_cost(ev: Evaluator, recipe: Recipe) -> float:
 
 # ------------------------------------------------------------------------------------------ the campaign rule
 class Campaign(object):
-    """One method's runs as the campaign's ranking reads them (``attune_core.ranking.assemble``): every method
+    """One method's runs as the campaign's ranking reads them (``attune.campaign.ranking.assemble``): every method
     launches through here, so all are ranked, confirmed, repeated and shipped by the same leader test."""
 
     def __init__(self, ev: Evaluator, baseline: Recipe, budget: float, seed: int, method: str):
@@ -173,7 +173,7 @@ class PlannerDriver(Campaign):
     """Implements every ``policy.Action`` with the evaluator; one campaign. The State is rebuilt at every step
     from the runs as ``planner/agent.py`` rebuilds it from the ledger (``history`` and ``build``): the ranking's
     leader, band and pending winners; a candidate's verdict ``beats`` while the ranking lists it as pending
-    (gate/confirm), else the lesson's (``attune_core.lessons.verdict``: kept, rejected, hurt; an OOM is hurt with
+    (gate/confirm), else the lesson's (``attune.campaign.lessons.verdict``: kept, rejected, hurt; an OOM is hurt with
     failure ``oom``); its predicted gain from the projections of it and its parent; ``run_cost`` the largest
     baseline charge plus 25% (half an hour of every GPU before the first, capped at what is left); the
     lineage with ``space.leave_one_out`` for each change; a candidate whose recipe already ran is excluded."""

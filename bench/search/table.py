@@ -28,9 +28,9 @@ for path in (REPO / "skill" / "scripts", REPO / "harness"):
     if str(path) not in sys.path:
         sys.path.insert(0, str(path))
 
-from attune_core import workload as workload_mod  # noqa: E402
-from attune_core.measure import RunScore  # noqa: E402
-from attune_core.recipe import Recipe, diff  # noqa: E402
+from attune.core import workload as workload_mod  # noqa: E402
+from attune.core.measure import RunScore  # noqa: E402
+from attune.core.recipe import Recipe, diff  # noqa: E402
 
 from .evaluator import Run, Truth  # noqa: E402
 
@@ -88,7 +88,7 @@ class TableEvaluator(object):
         return (lever_id, alternative) in ALLOWED
 
     def _cell(self, recipe) -> str:
-        from planner import space as space_mod
+        from attune.planner import space as space_mod
         return cell(self.baseline, workload_mod.enforce(space_mod.as_recipe(recipe)))
 
     def truth(self, recipe) -> Truth:

@@ -33,8 +33,8 @@ SCRIPTS = REPO / "skill" / "scripts"
 if str(SCRIPTS) not in sys.path:
     sys.path.insert(0, str(SCRIPTS))
 
-from attune_core.command import quote  # noqa: E402
-from projection import api as proj_api, dataset  # noqa: E402
+from attune.core.command import quote  # noqa: E402
+from attune.projection import api as proj_api, dataset  # noqa: E402
 
 RECIPES = Path(__file__).resolve().parent / "recipes"
 SIM = SCRIPTS / "simulate" / "sim_megatron.py"

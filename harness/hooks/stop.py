@@ -6,15 +6,16 @@ Reads the Stop event on stdin and answers on stdout (exit 0 always):
 * the campaign's records fail the integrity check: the violation is recorded and the stop goes
   through (the launcher then tears the runs down and exits 3);
 * no run is in flight, the budget is spent (what runs in flight reserve counted, as ``attune budget``
-  counts it) or a valid stop is recorded (a ``stop`` row with a reason whose evidence names finalized
-  runs of the campaign, with no launch after it, as ``attune stop`` requires), and ``REPORT.md``
-  exists: the stop goes through;
+  counts it) or a valid stop is recorded (a ``stop`` row with a reason whose evidence names runs of the
+  campaign, recorded with none in flight and no launch after it, as ``attune stop`` requires), and
+  ``REPORT.md`` exists: the stop goes through;
 * otherwise ``{"decision": "block", "reason": ...}``: what is left of the budget, the current leader,
   and the next step of the loop, so the agent goes back to tool work.
 
 Finds its campaign through ``ATTUNE_CAMPAIGN_DIR`` (set by the launcher), else ``CLAUDE_PROJECT_DIR``.
-Standard library only; runs on Python 3.7. It reads the ledger rows as plain JSON lines (the chains
-are the integrity check's business), so it stays fast on long campaigns.
+Standard library only; runs on Python 3.7. The rules are the kernel's (``attune.core.state``, loaded from
+the skill beside this harness after the integrity check passed): it reads the ledger rows as plain JSON
+lines (the chains are the integrity check's business), so it stays fast on long campaigns.
 """
 
 import json
@@ -28,95 +29,30 @@ sys.path.insert(0, os.path.dirname(HERE))
 import campaign_files  # noqa: E402
 
 TRUE = ("1", "true", "yes", "on")
+# the skill beside this harness (in a campaign, its read-only copy .attune/skill): its kernel's ``state`` module
+# holds the rules this hook decides by, the rules ``attune budget``, ``attune status`` and ``attune stop`` use
+SCRIPTS = os.path.normpath(os.path.join(HERE, "..", "..", "skill", "scripts"))
 
 
-def _rows(path):
-    rows = []
+def _state_module():
+    if SCRIPTS not in sys.path:
+        sys.path.insert(0, SCRIPTS)  # attune.py there loads the package from that folder and takes it off again
+    saved = sys.dont_write_bytecode
+    sys.dont_write_bytecode = True
     try:
-        with open(path, "r", encoding="utf-8", errors="replace") as handle:
-            for line in handle:
-                line = line.strip()
-                if not line:
-                    continue
-                try:
-                    row = json.loads(line)
-                except ValueError:
-                    continue
-                if isinstance(row, dict):
-                    rows.append(row)
-    except (IOError, OSError):
-        pass
-    return rows
-
-
-def _float(value):
-    try:
-        return float(value)
-    except (TypeError, ValueError):
-        return None
-
-
-SUBMIT_FAILED = "submit_failed"  # attune_core.ranking.SUBMIT_FAILED: a launch whose submission failed never ran
+        from attune.core import state
+    finally:
+        sys.dont_write_bytecode = saved
+    return state
 
 
 def campaign_state(directory, settings):
-    """Budget, stop and leader as the hook needs them, from the ledger and the GPU-hour log, by the rules of
-    ``attune budget`` and ``attune stop`` (``attune_core.budget.state``; a test keeps them equal): what runs in
-    flight expect is reserved, so the budget is spent when what was spent and what is reserved reach the limit;
-    a stop is valid when its reason is given and its evidence runs are this campaign's and finalized, with no
-    launch after it."""
-    ledger = _rows(os.path.join(directory, "ledger.jsonl"))
-    gpu = _rows(os.path.join(directory, "gpu_hours.jsonl"))
-    launched, seen = [], set()
-    for row in ledger:
-        if row.get("kind") == "launch" and row.get("run") not in seen:  # a run is its first launch row
-            seen.add(row.get("run"))
-            launched.append(row)
-    results = {}
-    for row in ledger:
-        if row.get("kind") == "result":
-            results[row.get("run")] = row
-    run_ids = {row.get("run") for row in launched}
-    finished = {run for run in results if run in run_ids}
-    in_flight_rows = [row for row in launched if row.get("run") not in results]
-    gpu_hours = sum(row.get("gpu_seconds", 0) for row in gpu if row.get("kind") == "charge"
-                    and isinstance(row.get("gpu_seconds"), (int, float))) / 3600.0
-    gpuh_budget = _float(settings.get("AUTOTUNE_GPUH_BUDGET"))
-    run_budget = _float(settings.get("AUTOTUNE_BUDGET"))
-    if gpuh_budget is not None:
-        reserved = sum(_float(row.get("expected_gpu_hours")) or 0.0 for row in in_flight_rows)
-        budget = {"unit": "GPU-hours", "limit": gpuh_budget, "spent": gpu_hours, "reserved": reserved}
-    elif run_budget is not None:
-        ran = [run for run in finished if ((results[run].get("failure") or {}).get("class")) != SUBMIT_FAILED]
-        budget = {"unit": "runs", "limit": run_budget, "spent": float(len(ran)), "reserved": float(len(in_flight_rows))}
-    else:
-        budget = {"unit": "GPU-hours", "limit": None, "spent": gpu_hours, "reserved": 0.0}
-    budget["exhausted"] = budget["limit"] is not None and budget["limit"] - budget["spent"] - budget["reserved"] <= 0
-    stops = [row for row in ledger if row.get("kind") == "stop"]
-    stop, stop_problem = None, None
-    if stops:
-        last = stops[-1]
-        evidence = last.get("evidence") if isinstance(last.get("evidence"), list) else []
-        unknown = [run for run in evidence if run not in run_ids]
-        unfinished = [run for run in evidence if run in run_ids and run not in results]
-        later = [row.get("run") for row in ledger if row.get("kind") == "launch" and row.get("seq", -1) > last.get("seq", -1)]
-        if not str(last.get("reason", "")).strip():
-            stop_problem = "the recorded stop gives no reason"
-        elif not evidence:
-            stop_problem = "the recorded stop names no runs as evidence"
-        elif unknown:
-            stop_problem = "the recorded stop names runs this campaign never launched: %s" % ", ".join(unknown)
-        elif unfinished:
-            stop_problem = "the recorded stop names runs not finalized: %s" % ", ".join(unfinished)
-        elif later:
-            stop_problem = "runs were launched after the recorded stop (%s)" % ", ".join(later[:5])
-        else:
-            stop = last
-    leaders = [row for row in ledger if row.get("kind") == "leader"]
-    in_flight = [row.get("run") for row in in_flight_rows]
-    return {"budget": budget, "stop": stop, "stop_problem": stop_problem,
-            "leader": leaders[-1] if leaders else None, "in_flight": in_flight,
-            "report": os.path.isfile(os.path.join(directory, "REPORT.md")), "launches": len(launched)}
+    """Budget, stop, leader and what is pending, from the ledger and the GPU-hour log read tolerantly, by the
+    rules of ``attune budget``, ``attune status`` and ``attune stop`` (``attune.core.state``), plus whether the
+    report is written."""
+    out = _state_module().read(directory, settings)
+    out["report"] = os.path.isfile(os.path.join(directory, "REPORT.md"))
+    return out
 
 
 def over(state):
@@ -150,15 +86,16 @@ def decide(directory, settings):
     lines = []
     if budget["limit"] is not None:
         lines.append("Budget left: %.2f of %.2f %s%s." % (
-            max(0.0, budget["limit"] - budget["spent"] - budget["reserved"]), budget["limit"], budget["unit"],
+            max(0.0, budget["left"]), budget["limit"], budget["unit"],
             " (%.2f reserved by runs in flight)" % budget["reserved"] if budget["reserved"] else ""))
     leader = state["leader"]
     if leader:
-        band = _float(leader.get("band")) or 0.0  # what a 2-run candidate needed over it, as the leader row records
-        gain = leader.get("gain")  # its gain over the baseline, written by attune_core.ranking.gain_text
-        # the notation of attune_core.ranking.band_text (this hook imports no attune_core module; a test keeps them equal)
+        number = _state_module().number
+        band = number(leader.get("band")) or 0.0  # what a 2-run candidate needed over it, as the leader row records
+        gain = leader.get("gain")  # its gain over the baseline, written by attune.campaign.ranking.gain_text
+        # the notation of attune.campaign.ranking.band_text (this hook imports no attune module; a test keeps them equal)
         lines.append("Leader: %s at %.1f tokens/s/GPU%s (a candidate needed %+.2f%% over the leader with 2 runs)." % (
-            leader.get("run"), _float(leader.get("tokens_per_s_per_gpu")) or 0.0,
+            leader.get("run"), number(leader.get("tokens_per_s_per_gpu")) or 0.0,
             ", %s vs baseline" % gain if isinstance(gain, str) and gain else "", band * 100))
     elif state["launches"] == 0:
         lines.append("No run launched yet.")
@@ -171,7 +108,7 @@ def decide(directory, settings):
         lines.append("Next: `attune status` shows the next step of the loop (diagnose the leader, one change, launch, "
                      "finalize, gate, rank).")
     if state["stop_problem"]:
-        lines.append("Your stop is not valid: %s." % state["stop_problem"])
+        lines.append("%s." % (state["stop_problem"][0].upper() + state["stop_problem"][1:]))
     lines.append("To end early, record `attune stop --reason TEXT --evidence RUN...` (the runs considered and why "
                  "nothing left can pass the leader test), then `attune report`.")
     return False, " ".join(lines)

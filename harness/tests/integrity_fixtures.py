@@ -2,7 +2,7 @@
 
 The campaign has read-only-style copies of ``skill/`` and ``harness/`` under ``.attune/`` (copied the
 way the launcher copies them: no bytecode caches, no tests), frozen settings, a ledger and a
-GPU-hour log written by ``attune_core.campaign`` (via the skill tests' ``factory.Builder``), a lever
+GPU-hour log written by ``attune.campaign.ledger`` (via the skill tests' ``factory.Builder``), a lever
 catalog and the two prompts. Every number in it is SYNTHETIC test data.
 """
 

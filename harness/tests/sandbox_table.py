@@ -212,8 +212,8 @@ ADVERSARIAL = [
     bash(SETTINGS, "chmod u+w .attune && rm -f .attune/integrity.json"),
     bash(SETTINGS, "mkdir -p .claude/hooks && echo 'exit 0' > .claude/hooks/pre.sh"),
     # records forged through the library or the CLI inside the sandbox
-    bash(LIBRARY, "python3 -c \"import sys; sys.path.insert(0, '.attune/skill/scripts'); from attune_core import "
-                  "campaign; campaign.Campaign('.').append('note', text='forged')\""),
+    bash(LIBRARY, "python3 -c \"import sys; sys.path.insert(0, '.attune/skill/scripts'); import attune; "
+                  "from attune.campaign import ledger; ledger.Campaign('.').append('note', text='forged')\""),
     bash(LIBRARY, "python3 .attune/skill/scripts/attune.py note 'forged through the script'"),
     bash(LIBRARY, "{py} .attune/skill/scripts/attune.py note 'forged with the full Python'"),
     bash(LIBRARY, ".attune/bin/attune note 'forged through the wrapper path'"),

@@ -17,7 +17,8 @@ sys.path.insert(0, str(HERE.parent))
 
 import integrity  # noqa: E402
 
-from attune_core import levers as levers_mod, snapshot as snapshot_mod  # noqa: E402
+from attune.core import levers as levers_mod
+from attune.campaign import snapshot as snapshot_mod  # noqa: E402
 
 
 def run_demo(directory: Path, *extra) -> subprocess.CompletedProcess:

@@ -32,8 +32,14 @@ if HERE not in sys.path:
 
 import guard_cases  # noqa: E402
 
+SCRIPTS = os.path.abspath(os.path.join(HERE, os.pardir, os.pardir, "skill", "scripts"))
+# what the hooks import of the skill: its loader, the package and its kernel's state, chained log and schema
+KERNEL = ["attune.py", "__init__.py", "core/__init__.py", "core/state.py", "core/chainlog.py", "core/schema.py",
+          "core/errors.py"]
 HOOK_FILES = sorted(glob.glob(os.path.join(HOOKS, "*.py")) + glob.glob(os.path.join(HOOKS, "guard", "*.py")))
 HOOK_IDS = [os.path.relpath(path, HOOKS).replace(os.sep, "/") for path in HOOK_FILES]
+HOOK_FILES += [os.path.join(SCRIPTS, name) for name in KERNEL]
+HOOK_IDS += ["skill/scripts/" + name for name in KERNEL]
 VERMIN_ARGS = ["--target=3.7-", "--violations", "--eval-annotations", "--no-tips", "-q", "--no-config-file"]
 
 
@@ -126,3 +132,26 @@ def test_hooks_on_a_real_python_3_7_when_there_is_one(tmp_path):
                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, timeout=60)
     assert proc.returncode == 0
     assert json.loads(proc.stdout.decode())["hookSpecificOutput"]["permissionDecision"] == "allow"
+
+
+def test_the_stop_hook_decides_on_a_real_python_3_7_when_there_is_one(tmp_path):
+    """The Stop hook loads the kernel's state rules from the skill beside it and decides on Python 3.7."""
+    python37 = _python37()
+    if python37 is None:
+        pytest.skip("no Python 3.7 interpreter here; the vermin check stands in")
+    camp = tmp_path / "camp"
+    (camp / ".attune").mkdir(parents=True)
+    (camp / ".attune" / "settings.env").write_text("AUTOTUNE_GPUH_BUDGET=2.0\n")
+    rows = [{"kind": "launch", "seq": 1, "run": "r001", "purpose": "baseline", "ts": "t1", "expected_gpu_hours": 0.5},
+            {"kind": "launch", "seq": 2, "run": "r002", "purpose": "candidate", "ts": "t2", "expected_gpu_hours": 0.25},
+            {"kind": "result", "seq": 3, "run": "r001", "status": "finished"}]
+    (camp / "ledger.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    (camp / "gpu_hours.jsonl").write_text(json.dumps({"kind": "charge", "run": "r001", "gpu_seconds": 1800}) + "\n")
+    env = dict(os.environ, ATTUNE_CAMPAIGN_DIR=str(camp))
+    proc = subprocess.run([python37, os.path.join(HOOKS, "stop.py")], input=b"{}", stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, env=env, timeout=60)
+    assert proc.returncode == 0, proc.stderr.decode()
+    out = json.loads(proc.stdout.decode())
+    assert out["decision"] == "block", out
+    assert "Budget left: 1.25 of 2.00 GPU-hours (0.25 reserved by runs in flight)." in out["reason"], out
+    assert "finalize the runs in flight (r002)" in out["reason"], out

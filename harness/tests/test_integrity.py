@@ -22,9 +22,9 @@ import pytest
 import integrity_fixtures as fx  # noqa: E402  (puts skill/scripts and harness on sys.path)
 
 import integrity  # noqa: E402
-from attune_core.campaign import Campaign  # noqa: E402
+from attune.campaign.ledger import Campaign  # noqa: E402
 
-SKILL_FILE = ".attune/skill/scripts/attune_core/measure.py"
+SKILL_FILE = ".attune/skill/scripts/core/measure.py"
 
 
 @pytest.fixture(scope="module")
@@ -90,7 +90,7 @@ def test_appends_through_the_library_are_clean(camp):
 
 def test_the_doctors_session_cache_is_not_a_protected_file(camp):
     """The launcher writes .attune/cache/doctor.json between the record and the verify of a session."""
-    from attune_core import doctor
+    from attune.campaign import doctor
 
     integrity.record(str(camp), session=True)
     report = doctor.Report("kuberay", (doctor.Result("context", doctor.OK, "context test answers"),))
@@ -127,26 +127,26 @@ def test_deleted_skill_file(camp):
 
 
 def test_added_skill_file(camp):
-    (camp / ".attune/skill/scripts/attune_core/shortcut.py").write_text("SCORE = 1e9\n")
-    problem = only(integrity.verify(str(camp)), ".attune/skill/scripts/attune_core/shortcut.py")
+    (camp / ".attune/skill/scripts/core/shortcut.py").write_text("SCORE = 1e9\n")
+    problem = only(integrity.verify(str(camp)), ".attune/skill/scripts/core/shortcut.py")
     assert problem["rule"] == "added" and "added" in problem["message"] and problem["expected"] == "missing"
 
 
 def test_bytecode_cache_written_by_python_is_accepted(camp):
     env = dict(os.environ)
     env.pop("PYTHONDONTWRITEBYTECODE", None)
-    code = "import sys; sys.path.insert(0, %r); import attune_core.cli, attune_core.campaign, correctness" % str(
+    code = "import sys; sys.path.insert(0, %r); import attune.cli, attune.campaign.ledger, attune.correctness" % str(
         camp / ".attune/skill/scripts")
     subprocess.run([sys.executable, "-c", code], check=True, env=env, timeout=120)
     subprocess.run([sys.executable, "-O", "-c", code], check=True, env=env, timeout=120)
-    cached = sorted(camp.glob(".attune/skill/scripts/attune_core/__pycache__/*.pyc"))
+    cached = sorted(camp.glob(".attune/skill/scripts/core/__pycache__/*.pyc"))
     assert any(".opt-1." in path.name for path in cached) and any(".opt-" not in path.name for path in cached)
     assert integrity.verify(str(camp)) == []
 
 
 def _cache_path(camp, opt=""):
     tag = sys.implementation.cache_tag
-    return camp / (".attune/skill/scripts/attune_core/__pycache__/measure.%s%s.pyc" % (tag, opt))
+    return camp / (".attune/skill/scripts/core/__pycache__/measure.%s%s.pyc" % (tag, opt))
 
 
 def test_forged_bytecode_cache_is_caught(camp, tmp_path):
@@ -179,7 +179,7 @@ def test_other_files_in_a_bytecode_cache_are_caught(camp):
 def test_bytecode_cache_folder_replaced_by_symlink(camp, tmp_path):
     _cache_path(camp).parent.symlink_to(tmp_path)
     problem = only(integrity.verify(str(camp)))
-    assert problem["rule"] == "symlink" and problem["what"].endswith("attune_core/__pycache__")
+    assert problem["rule"] == "symlink" and problem["what"].endswith("core/__pycache__")
 
 
 def test_deleted_folder_is_one_problem(camp):

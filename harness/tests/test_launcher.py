@@ -22,9 +22,9 @@ FAKE_MEGATRON = REPO / "skill" / "scripts" / "tests" / "data" / "fake_megatron.p
 sys.path.insert(0, str(REPO / "skill" / "scripts"))
 sys.path.insert(0, str(REPO / "skill" / "scripts" / "tests"))
 
-from attune_core import campaign as campaign_mod  # noqa: E402
-from attune_core import runs as runs_mod  # noqa: E402
-from attune_core import settings as settings_mod  # noqa: E402
+from attune.campaign import ledger as campaign_mod  # noqa: E402
+from attune.campaign import runs as runs_mod  # noqa: E402
+from attune.core import settings as settings_mod  # noqa: E402
 
 RECIPE = (REPO / "skill" / "scripts" / "tests" / "data" / "recipes" / "local_fake_megatron.yaml").read_text()
 
@@ -153,7 +153,7 @@ def test_the_rows_digest_is_checked_at_every_launch(tmp_path):
     pytest.importorskip("transformers", reason="transformers is not installed (the data extra)")
     sys.path.insert(0, str(REPO / "skill" / "scripts" / "tests"))
     import test_rows
-    from data import rows as rows_mod
+    from attune.data import rows as rows_mod
 
     tokenizer = test_rows.save_tokenizer(tmp_path / "tok")
     source = test_rows.write_jsonl(tmp_path / "in.jsonl", test_rows.records(3))

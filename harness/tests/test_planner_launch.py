@@ -21,7 +21,7 @@ LLAMA = SCRIPTS / "simulate" / "recipes" / "llama3_70b_h100x64.yaml"
 SIM = SCRIPTS / "simulate" / "sim_megatron.py"
 sys.path.insert(0, str(SCRIPTS))
 
-from attune_core import levers as levers_mod  # noqa: E402
+from attune.core import levers as levers_mod  # noqa: E402
 
 
 def setup(tmp_path, budget: int):
@@ -137,7 +137,7 @@ def test_a_planner_campaign_on_the_simulated_llama_70b(tmp_path):
     assert status["leader"]["run"] in report
     # the leave-one-out of the final stack: every change of the lineage but the last is removed once against the
     # leader and measured (never skipped on a prediction), written by `candidate new --leave-out`
-    from attune_core import snapshot as snapshot_mod
+    from attune.campaign import snapshot as snapshot_mod
     ranking = snapshot_mod.take(directory).ranking
     owed = [recipe for recipe in ranking.lineage(ranking.leader)[1:-1] if not recipe.first.leave_out]
     loo = [r for r in rows if r["kind"] == "launch" and r.get("hypothesis", "").startswith("Leave-one-out of ")]

@@ -50,7 +50,7 @@ def test_the_wrapper_runs_the_campaigns_read_only_cli_on_this_campaign_only(tmp_
     assert wrapper.is_file() and not wrapper.stat().st_mode & 0o222
     env = dict(env, ATTUNE_CAMPAIGN_DIR=str(tmp_path / "elsewhere"), PYTHONPATH=str(tmp_path / "evil"))
     (tmp_path / "evil").mkdir()
-    (tmp_path / "evil" / "attune_core.py").write_text("raise SystemExit('the evil module was imported')\n")
+    (tmp_path / "evil" / "attune.core.py").write_text("raise SystemExit('the evil module was imported')\n")
     proc = subprocess.run([str(wrapper), "status", "--json"], cwd=str(tmp_path), env=env, stdout=subprocess.PIPE,
                           stderr=subprocess.PIPE, timeout=120)
     assert proc.returncode == 0, proc.stderr.decode()

@@ -86,8 +86,8 @@ def test_an_integrity_violation_lets_the_agent_stop_and_is_recorded(tmp_path):
 
 
 def test_the_leader_line_writes_what_a_candidate_needs_as_every_page_does(tmp_path):
-    from attune_core import cli
-    from attune_core.ranking import band_text
+    from attune import cli
+    from attune.campaign.ranking import band_text
 
     b = campaign(tmp_path)
     b.launch("r003", "repeat", "base", parent="r001")

@@ -21,10 +21,10 @@ import re
 from pathlib import Path
 from typing import Optional
 
-from attune_core import files, logparse
-from attune_core.command import Command
-from attune_core.errors import InputError
-from attune_core.recipe import Recipe
+from attune.core import files, logparse
+from attune.core.command import Command
+from attune.core.errors import InputError
+from attune.core.recipe import Recipe
 
 from . import config_check, convergence
 from .rules import Rules
@@ -231,7 +231,7 @@ def campaign_inputs(rows: list, run: str, campaign_id: str) -> tuple:
     """What a campaign's gate of ``run`` compares, from the ledger ``rows`` as they stood when it was gated: the
     reference (the launch row of the earliest finished baseline run) and the runs of the reference's recipe that
     are its reruns (the other finished runs of that recipe, in launch order)."""
-    from attune_core.errors import CheckFailed
+    from attune.core.errors import CheckFailed
 
     launches = {row["run"]: row for row in rows if row["kind"] == "launch"}
     finished = {row["run"] for row in rows if row["kind"] == "result" and row["status"] == "finished"}
@@ -263,15 +263,14 @@ def gate_campaign_run(campaign, settings, run: str, extra_repeats=(), steps=DEFA
     """Gate a finalized run of ``campaign`` against its baseline; write ``runs/<run>/gate.json`` and a
     ``gate`` ledger row. The reference is the earliest finished baseline run; the other finished runs
     of the baseline's recipe are its reruns."""
-    from attune_core.report import atomic_write
 
     reference, reruns = campaign_inputs(campaign.ledger.rows(), run, campaign.id)
     rules = Rules(overrides=rules_file or getattr(settings, "gate_rules", "") or None)
     result = run_gate(campaign.run_dir(reference["run"]), campaign.run_dir(run),
                       [campaign.run_dir(r) for r in reruns] + list(extra_repeats), steps, rules)
     result["run"], result["against"] = run, reference["run"]
-    atomic_write(campaign.run_dir(run) / "gate.json",
-                 (json.dumps(result, indent=2, sort_keys=True, default=str) + "\n").encode("utf-8"))
+    files.atomic_write(campaign.run_dir(run) / "gate.json",
+                       (json.dumps(result, indent=2, sort_keys=True, default=str) + "\n").encode("utf-8"))
     row = campaign.append("gate", **row_payload(result))
     result["ledger_seq"] = row["seq"]
     return result

@@ -36,8 +36,8 @@ from typing import Optional
 
 import yaml
 
-from attune_core import files
-from attune_core.errors import InputError
+from attune.core import files
+from attune.core.errors import InputError
 
 RULES_FILE = Path(__file__).resolve().parent / "rules" / "numerics_list.yaml"
 CLASSES = ("numeric", "fixed", "placement", "swap")

@@ -22,10 +22,9 @@ import json
 
 import numpy as np
 
-from attune_core.errors import InputError
+from attune.core.errors import InputError
 
-from . import rollout as rollout_mod
-from . import rows as rows_mod
+from . import rollout as rollout_mod, rows as rows_mod
 from .tokenize import require
 
 LIMIT = 200  # problems kept in full; the rest are counted

@@ -2,7 +2,7 @@
 
 Usage (in the training pod, with skill/scripts on PYTHONPATH)::
 
-    ATTUNE_ROWS_PATH=rows.parquet ATTUNE_ROWS_SHA256=HEX torchrun ... -m data.megatron pretrain_gpt.py ARGS...
+    ATTUNE_ROWS_PATH=rows.parquet ATTUNE_ROWS_SHA256=HEX torchrun ... -m attune.data.megatron pretrain_gpt.py ARGS...
     python3 skill/scripts/data/megatron.py pretrain_gpt.py ARGS...     # the same, run as a file
 
 The runner loads the rows (refusing a file whose rows_sha256 is not ``ATTUNE_ROWS_SHA256``), makes
@@ -19,11 +19,13 @@ import os
 import sys
 
 # Run as a file, Python puts this folder first on sys.path, where data/megatron.py would shadow Megatron's
-# `megatron` package (and data/tokenize.py the standard library's): its parent goes there instead.
+# `megatron` package (and data/tokenize.py the standard library's): its parent goes there instead, to load the
+# attune package from this tree (attune.py), which then takes that folder off sys.path again.
 if __package__ in (None, ""):
     _HERE = os.path.dirname(os.path.abspath(__file__))
     sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != _HERE]
     sys.path.insert(0, os.path.dirname(_HERE))
+    import attune  # noqa: F401,E402
 
 import copy  # noqa: E402
 import importlib  # noqa: E402
@@ -31,14 +33,14 @@ import runpy  # noqa: E402
 
 import numpy as np  # noqa: E402
 
-from attune_core.errors import InputError  # noqa: E402
-from data import rows, tokenize  # noqa: E402
+from attune.core.errors import InputError  # noqa: E402
+from attune.data import rows, tokenize  # noqa: E402
 
 PATH_ENV = "ATTUNE_ROWS_PATH"
 SHA_ENV = "ATTUNE_ROWS_SHA256"
 PREFIX = "attune-rows:"
 BUILDER = "megatron.core.datasets.blended_megatron_dataset_builder"
-USAGE = "usage: %s=FILE [%s=HEX] [torchrun ...] -m data.megatron PRETRAIN_SCRIPT [ARGS...]" % (PATH_ENV, SHA_ENV)
+USAGE = "usage: %s=FILE [%s=HEX] [torchrun ...] -m attune.data.megatron PRETRAIN_SCRIPT [ARGS...]" % (PATH_ENV, SHA_ENV)
 
 
 class RowsMismatch(RuntimeError):
@@ -273,6 +275,7 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    from data.megatron import main as _main  # the importable module: its RowsDataset is data.megatron.RowsDataset
+    # the importable module: its RowsDataset is attune.data.megatron.RowsDataset
+    from attune.data.megatron import main as _main
 
     raise SystemExit(_main())

@@ -28,8 +28,8 @@ from pathlib import Path
 
 import numpy as np
 
-from attune_core.files import read_text
-from attune_core.errors import InputError
+from attune.core.errors import InputError
+from attune.core.files import read_text
 
 from . import rows as rows_mod
 

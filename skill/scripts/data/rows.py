@@ -19,8 +19,8 @@ from pathlib import Path
 
 import numpy as np
 
-from attune_core import __version__
-from attune_core.errors import InputError
+from attune.core import __version__
+from attune.core.errors import InputError
 
 from . import pack, tokenize
 

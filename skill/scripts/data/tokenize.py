@@ -33,7 +33,7 @@ from pathlib import Path
 
 import numpy as np
 
-from attune_core.errors import InputError
+from attune.core.errors import InputError
 
 LOSS_ROLES = ("assistant",)
 # The files a tokenizer's content hash covers (whichever are present): not model weights.

@@ -30,14 +30,10 @@ band it goes on with are the campaign's settings ``ATTUNE_PLANNER_SEED``, ``ATTU
 from __future__ import annotations
 
 import argparse
-import datetime
 import hashlib
 import json
 import os
-import re
 import signal
-import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -47,44 +43,17 @@ SCRIPTS = HERE.parent
 if str(SCRIPTS) not in sys.path:
     sys.path.insert(0, str(SCRIPTS))
 
-from planner import policy, progress, space as space_mod  # noqa: E402
+from attune.planner import policy, progress, space as space_mod  # noqa: E402
+from attune.planner.history import History, canon, describe  # noqa: E402
+from attune.planner.notes import Notes, fmt, layout_of, now, pct  # noqa: E402
+from attune.planner.verbs import Integrity, PlannerError, VerbRunner  # noqa: E402
 
-ATTUNE = SCRIPTS / "attune.py"
 POLL_S = {"local": 0.1, "kuberay": 90.0}  # a local (simulated) run lasts seconds; poll itself takes ~0.2 s
 HANG_AFTER_S = 900.0
 MAX_STEPS = 1000  # actions per session: a guard against a loop that makes no progress
-LOO_PREFIX = "Leave-one-out of "
-# a lesson as ``lesson --json`` prints it (``- **Verdict**: kept``) or as its ledger note keeps it (``Verdict: kept``)
-RESULT_RE = re.compile(r"Result(?:\*\*)?:\s*([+-]?\d+(?:\.\d+)?)%(?: \([^)]*\))? tokens/s/GPU vs parent")
-VERDICT_RE = re.compile(r"Verdict(?:\*\*)?:\s*(kept|rejected|hurt)")
 
 
-class Integrity(Exception):
-    """A verb exited 3: the records are broken; nothing more may be launched."""
-
-
-class PlannerError(Exception):
-    pass
-
-
-def _pairs(fields: dict) -> list:
-    """``key=value`` words; a value with a space (or none) is quoted as JSON."""
-    parts = []
-    for key, value in fields.items():
-        if value is None:
-            continue
-        if isinstance(value, float):
-            value = "%.1f" % value
-        text = str(value)
-        parts.append("%s=%s" % (key, json.dumps(text, ensure_ascii=False) if (" " in text or not text) else text))
-    return parts
-
-
-def _now() -> str:
-    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-class Planner(object):
+class Planner(VerbRunner, Notes, History):
     def __init__(self, directory: Path, session: str = None, out=sys.stderr):
         self.dir = directory
         self.session = session
@@ -108,154 +77,6 @@ class Planner(object):
         self.settings = {}
         self.baseline_text = None
         self.clock = progress.Clock()  # the timing fields of the progress lines
-
-    # ---------------------------------------------------------------- the verbs
-    def verb(self, *args):
-        """``(exit code, parsed JSON or None, stdout, stderr)`` of one ``attune`` verb."""
-        argv = [self.python, str(ATTUNE)] + [str(a) for a in args]
-        proc = subprocess.run(argv, cwd=str(self.dir), env=self.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        out, err = proc.stdout.decode("utf-8", "replace"), proc.stderr.decode("utf-8", "replace")
-        data = None
-        if "--json" in args:
-            try:
-                data = json.loads(out) if out.strip() else None
-            except ValueError:
-                data = None
-        if proc.returncode == 3:
-            raise Integrity(err.strip() or out.strip())
-        if proc.returncode in (130, -2):  # the verb was interrupted (Ctrl-C reaches the whole process group)
-            raise KeyboardInterrupt
-        return proc.returncode, data, out, err
-
-    def must(self, *args):
-        code, data, out, err = self.verb(*args)
-        if code != 0:
-            raise PlannerError("attune %s exited %d: %s" % (" ".join(str(a) for a in args[:3]), code,
-                                                             (err or out).strip()[-500:]))
-        return data
-
-    def status(self) -> dict:
-        data = self.must("status", "--json")
-        self.clock.seen(data["budget"])
-        return data
-
-    # ---------------------------------------------------------------- progress and notes
-    def event(self, kind: str, **fields) -> None:
-        """One progress line on stderr, ending with the timing fields (``progress.py``); the notes' log keeps it
-        without them, after its own time stamp."""
-        line = " ".join(["planner:", kind] + _pairs(fields))
-        print(" ".join([line] + _pairs(self.clock.fields())), file=self.out, flush=True)
-        self.log_lines.append("%s %s" % (_now(), line[len("planner: "):]))
-
-    def budget_text(self, status: dict) -> str:
-        budget = status["budget"]
-        return "%.4g/%.4g %s" % (max(0.0, budget["left"]), budget["limit"], budget["unit"])
-
-    def write_notes(self, state=None, status=None) -> None:
-        path = self.dir / "notes.md"
-        old_log = []
-        if path.exists():
-            text = path.read_text(encoding="utf-8", errors="replace")
-            if "\n## Log\n" in text:
-                old_log = [line for line in text.split("\n## Log\n", 1)[1].splitlines() if line.startswith("- ")]
-        log = old_log + ["- " + line for line in self.log_lines]
-        self.log_lines = []
-        lines = ["# Planner notes", "",
-                 "Written by the deterministic planner (`planner/agent.py`, seed %s). Everything above the log is "
-                 "rewritten at each step from the ledger, `status --json` and the projection; the log below only "
-                 "grows." % self.settings.get("ATTUNE_PLANNER_SEED", "0"), ""]
-        s = self.settings
-        if s:
-            lines += ["## Settings", "",
-                      "- backend %s, run prefix %s, budget %s" % (
-                          s.get("ATTUNE_BACKEND"), s.get("ATTUNE_RUN_PREFIX"),
-                          ("%s GPU-hours" % s["AUTOTUNE_GPUH_BUDGET"]) if s.get("AUTOTUNE_GPUH_BUDGET")
-                          else "%s runs" % s.get("AUTOTUNE_BUDGET")),
-                      "- context %s, namespace %s, log pod %s, shared dir %s" % (
-                          s.get("ATTUNE_KUBE_CONTEXT") or "-", s.get("ATTUNE_NAMESPACE") or "-",
-                          s.get("AUTOTUNE_LOG_POD") or "-", s.get("ATTUNE_SHARED_DIR") or "-"),
-                      "- rows %s (%s); baseline %s; web %s" % (
-                          s.get("ATTUNE_ROWS_PATH") or "none declared (nothing checks that runs train on the same "
-                          "data)", s.get("ATTUNE_ROWS_SHA256") or "-", s.get("ATTUNE_BASELINE_YAML"),
-                          "allowed" if s.get("AUTOTUNE_ALLOW_WEB") in ("1", "true") else "off"), ""]
-        if self.baseline_text:
-            lines += ["## Layout (baseline)", "", "- " + _layout(space_mod.as_recipe(self.baseline_text)), ""]
-        if status is not None:
-            leader = status.get("leader") or {}
-            band = status.get("band") or {}
-            lines += ["## Leader", "",
-                      "- %s: %s tokens/s/GPU (%s vs baseline); band %s, from %s; budget %s" % (
-                          leader.get("run"), _fmt(leader.get("tokens_per_s_per_gpu")),
-                          _pct(leader.get("vs_baseline")), band.get("text"), band.get("basis"),
-                          self.budget_text(status)), ""]
-        if state is not None:
-            if state.lineage:
-                lines += ["Lineage: " + " -> ".join("%s (%s, %s)" % (c.alternative, c.lever, c.run)
-                                                    for c in state.lineage), ""]
-            shares = policy.diagnose(state.leader_prediction, state.leader_measured)
-            lines += ["## Diagnosis (projection of the leader)", ""]
-            if shares:
-                lead = state.leader_prediction
-                lines.append("- projected step %.2f s (compute %.2f, exposed communication %.2f, bubble %.2f), "
-                             "%.1f tokens/s/GPU, memory %.1f of %.1f GiB" % (
-                                 lead.step_s, lead.compute_s, lead.exposed_comm_s, lead.bubble_s,
-                                 lead.tokens_per_s_per_gpu, lead.memory_gib, lead.usable_gib))
-                m = state.leader_measured
-                if m and m.step_s:
-                    lines.append("- measured step %.2f s, %s tokens/s/GPU, peak reserved %s GiB" % (
-                        m.step_s, _fmt(m.tokens_per_s_per_gpu), _fmt(m.max_reserved_gib)))
-                lines.append("- shares: " + ", ".join("%s %.1f%%" % (k, 100 * v) for k, v in shares.items()))
-            else:
-                lines.append("- bottleneck: unknown (no projection for this recipe)")
-            lines += ["", "## Tried", "", "| run | parent | lever | alternative | predicted | measured vs parent | "
-                      "verdict |", "|---|---|---|---|---|---|---|"]
-            for t in sorted(state.tried, key=lambda t: t.order):
-                lines.append("| %s | %s | %s | %s | %s | %s | %s%s |" % (
-                    t.run, t.parent, t.lever, t.alternative, _pct(t.predicted_gain), _pct(t.gain), t.verdict,
-                    " (%s)" % t.failure if t.failure else ""))
-            nxt = policy.options(state)[:3]
-            lines += ["", "## Next candidates", ""]
-            lines += ["- %s (%s): %s" % (o.alternative.name, o.lever.id, o.why) for o in nxt] or ["- none"]
-            if state.excluded:
-                lines += ["", "Refused by `candidate new` this session: " + "; ".join(
-                    "%s (%s)" % (k[1], v[:120]) for k, v in state.excluded.items())]
-            lines.append("")
-        lines += ["## Log", ""] + log
-        text = "\n".join(lines) + "\n"
-        tmp = path.with_name("notes.md.tmp")
-        tmp.write_text(text, encoding="utf-8")
-        os.replace(str(tmp), str(path))
-
-    # ---------------------------------------------------------------- the ledger (read only)
-    def ledger(self) -> list:
-        rows = []
-        with open(self.dir / "ledger.jsonl", "r", encoding="utf-8", errors="replace") as handle:
-            for line in handle:
-                line = line.strip()
-                if line:
-                    try:
-                        row = json.loads(line)
-                    except ValueError:
-                        continue
-                    if isinstance(row, dict):
-                        rows.append(row)
-        return rows
-
-    def gpu_charges(self) -> dict:
-        out = {}
-        path = self.dir / "gpu_hours.jsonl"
-        if path.exists():
-            for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
-                try:
-                    row = json.loads(line)
-                except ValueError:
-                    continue
-                if row.get("kind") == "charge" and isinstance(row.get("gpu_seconds"), (int, float)):
-                    out[row.get("run")] = out.get(row.get("run"), 0.0) + row["gpu_seconds"] / 3600.0
-        return out
-
-    def recipe_text(self, run: str) -> str:
-        return (self.dir / "runs" / run / "recipe.yaml").read_text(encoding="utf-8")
 
     # ---------------------------------------------------------------- the run lifecycle
     def gpu_args(self) -> list:
@@ -296,7 +117,7 @@ class Planner(object):
         row = data["launch"]
         self.launches += 1
         self.event("launch", run=row["run"], purpose=row["purpose"], lever=row.get("lever"),
-                   change=_describe(row.get("change")), budget_left_before=self.budget_text(status))
+                   change=describe(row.get("change")), budget_left_before=self.budget_text(status))
         if self.fault and self.fault[1] <= self.launches and self.fault[0] in ("after-launch", "exit-after-launch"):
             self.write_notes()
             if self.fault[0] == "after-launch":
@@ -327,190 +148,11 @@ class Planner(object):
         entry = next((r for r in status["last_results"] if r["run"] == run), {})
         failure = (result.get("failure") or {}).get("class")
         self.event("result", run=run, status=result.get("status"), failure=failure,
-                   tokens_per_s_per_gpu=entry.get("tokens_per_s_per_gpu"), vs_leader=_pct(entry.get("vs_leader")),
+                   tokens_per_s_per_gpu=entry.get("tokens_per_s_per_gpu"), vs_leader=pct(entry.get("vs_leader")),
                    verdict=entry.get("verdict"), budget_left=self.budget_text(status))
         for warning in result.get("warnings") or ():
             self.event("warning", run=run, text=warning)
         return entry
-
-    # ---------------------------------------------------------------- state
-    def space_of(self, run: str, text: str):
-        if run not in self.spaces:
-            self.spaces[run] = space_mod.space(text, self.baseline_text, gpu=self.settings.get("ATTUNE_PLANNER_GPU")
-                                               or None, gate_rules=self.settings.get("ATTUNE_GATE_RULES") or None,
-                                               cpu="cpu" in (self.settings.get("ATTUNE_POD_HOOKS") or "").split())
-        return self.spaces[run]
-
-    def name_of(self, lever: str, parent: str, change: list) -> str:
-        """The space's name for a candidate's change (matched by its diff against the parent)."""
-        try:
-            levers = self.space_of(parent, self.recipe_text(parent))
-        except OSError:
-            levers = []
-        wanted = _canon(change)
-        parent_recipe = None
-        for item in levers:
-            for alt in list(item.alternatives) + [a for a, _ in item.rejected]:
-                if alt.child is None:
-                    continue
-                if parent_recipe is None:
-                    parent_recipe = space_mod.as_recipe(self.recipe_text(parent))
-                if _canon(space_mod.diff(parent_recipe, alt.child)) == wanted:
-                    return alt.name
-        return "change:" + wanted
-
-    def measured(self, run: str, tokens) -> policy.Measured:
-        if run not in self.metrics:
-            step = reserved = allocated = None
-            code, data, _out, _err = self.verb("metrics", "runs/%s/log.txt" % run, "--json")
-            if code == 0 and data:
-                window = (int(self.settings.get("ATTUNE_SCORE_FIRST_STEP") or 5),
-                          int(self.settings.get("ATTUNE_SCORE_LAST_STEP") or 19))
-                times = [s["elapsed_ms"] for s in data.get("steps", ())
-                         if window[0] <= s.get("step", 0) <= window[1] and s.get("elapsed_ms")]
-                step = statistics.median(times) / 1000.0 if times else None
-                mem = data.get("memory") or []
-                reserved = max((m.get("max_reserved_mb") or 0 for m in mem), default=0) / 1024.0 or None
-                allocated = max((m.get("max_allocated_mb") or 0 for m in mem), default=0) / 1024.0 or None
-            self.metrics[run] = (step, allocated, reserved)
-        step, allocated, reserved = self.metrics[run]
-        return policy.Measured(tokens_per_s_per_gpu=tokens, step_s=step, max_allocated_gib=allocated,
-                               max_reserved_gib=reserved)
-
-    def history(self, status: dict) -> dict:
-        """What the ledger says was tried: ``{"tried", "launches", "baseline_runs", "baseline_failures"}``."""
-        rows = self.ledger()
-        launches = {r["run"]: r for r in rows if r.get("kind") == "launch"}
-        results = {r["run"]: r for r in rows if r.get("kind") == "result"}
-        gates = {}
-        for r in rows:
-            if r.get("kind") == "gate":
-                gates.setdefault(r["run"], []).append(r.get("verdict"))
-        lessons = {}
-        for r in rows:
-            if r.get("kind") == "note" and str(r.get("text", "")).startswith("lesson: ") and r.get("run"):
-                lessons[r["run"]] = r["text"]
-        by_sha = {}
-        for run, row in sorted(launches.items(), key=lambda item: item[1]["seq"]):
-            by_sha.setdefault(row["recipe_sha256"], []).append(run)
-        pending, repeats = {}, {}
-        for item in status.get("actions", ()):
-            if item.get("action") in ("confirm", "gate", "repeat") and item.get("run"):
-                pending.setdefault(item["run"], set()).add(item["action"])
-            if item.get("action") == "repeat" and item.get("repeat_of"):
-                repeats[item["run"]] = item["repeat_of"]
-        first_base = min((r for r in launches.values() if r["purpose"] == "baseline"), key=lambda r: r["seq"],
-                         default=None)
-        baseline_runs = tuple(by_sha.get(first_base["recipe_sha256"], ())) if first_base else ()
-        baseline_failures = sum(1 for run in baseline_runs if run in results and results[run]["status"] != "finished")
-        projected = {run: (row.get("projection") or {}).get("tokens_per_s_per_gpu") for run, row in launches.items()}
-        tried = []
-        for run, row in sorted(launches.items(), key=lambda item: item[1]["seq"]):
-            if row["purpose"] != "candidate":
-                continue
-            parent = row.get("parent")
-            hypothesis = row.get("hypothesis") or ""
-            loo = hypothesis.startswith(LOO_PREFIX)
-            if loo:
-                name = "undo:" + hypothesis[len(LOO_PREFIX):].split(" (", 1)[0]
-            else:
-                name = self.name_of(row.get("lever", ""), parent, row.get("change") or [])
-            runs = by_sha.get(row["recipe_sha256"], [run])
-            verdicts = [v for r in runs for v in gates.get(r, ())]
-            gate = "fail" if "fail" in verdicts else ("pass" if "pass" in verdicts else None)
-            confirms = [r for r in runs if launches[r]["purpose"] == "confirm"]
-            retried = any(launches[r]["purpose"] == "repeat" and launches[r].get("parent") == run for r in launches)
-            result = results.get(run)
-            failure = ((result or {}).get("failure") or {}).get("class")
-            gain = None
-            if run not in results:
-                verdict = "running"
-            elif run in pending or any(r in pending for r in runs):
-                verdict = "beats"
-            elif run in lessons:
-                found = VERDICT_RE.search(lessons[run])
-                verdict = found.group(1) if found else "rejected"
-                measured = RESULT_RE.search(lessons[run])
-                gain = float(measured.group(1)) / 100 if measured else None
-            elif result["status"] != "finished":
-                verdict = "failed"
-            else:
-                verdict = "rejected"
-            before, after = projected.get(parent), projected.get(run)
-            predicted = after / before - 1 if before and after else None
-            tried.append(policy.Tried(lever=row.get("lever", ""), alternative=name, parent=parent, run=run,
-                                      verdict=verdict, gain=gain, predicted_gain=predicted, failure=failure,
-                                      gate=gate, confirmed=any(r in results for r in confirms), retried=retried,
-                                      loo=loo, order=row["seq"], repeat_of=repeats.get(run)))
-        return {"tried": tried, "launches": launches, "baseline_runs": baseline_runs,
-                "baseline_failures": baseline_failures}
-
-    def build(self, status: dict):
-        """The policy's state, from ``status --json``, the ledger and the runs' records."""
-        found = self.history(status)
-        tried, launches = found["tried"], found["launches"]
-        baseline_runs, baseline_failures = found["baseline_runs"], found["baseline_failures"]
-        leader = (status.get("leader") or {}).get("run")
-        band = status["band"]
-        budget = status["budget"]
-        hours = self.expected_hours(status)
-        run_cost = hours if hours is not None else 1.0
-        levers, lead_pred, predictions, lineage = [], None, {}, []
-        measured = policy.Measured()
-        if leader and band.get("established"):
-            text = self.recipe_text(leader)
-            levers = self.space_of(leader, text)
-            if leader not in self.predicted:
-                self.predicted[leader] = space_mod.predict(text, levers,
-                                                           self.settings.get("ATTUNE_PLANNER_GPU") or None)
-            lead_pred, predictions = self.predicted[leader]
-            measured = self.measured(leader, (status.get("leader") or {}).get("tokens_per_s_per_gpu"))
-            lineage = policy.project_lineage(self.lineage(leader, launches, tried, text),
-                                             self.settings.get("ATTUNE_PLANNER_GPU") or None)
-        return policy.State(
-            leader=leader, leader_measured=measured, baseline_runs=baseline_runs, baseline_failures=baseline_failures,
-            baseline_runs_needed=band.get("baseline_runs_needed", 0), band=band["value"],
-            band_established=bool(band.get("established")), budget_left=max(0.0, budget["left"]), run_cost=run_cost,
-            levers=levers, leader_prediction=lead_pred, predictions=predictions, tried=tried, lineage=lineage,
-            excluded=dict(self.excluded), seed=int(self.settings.get("ATTUNE_PLANNER_SEED") or 0),
-            config=policy.Config(unusable_band=float(self.settings.get("ATTUNE_PLANNER_MAX_BAND") or
-                                                     policy.Config().unusable_band)),
-            moe=("--num-experts" in space_mod.as_recipe(self.recipe_text(leader)).args()) if levers else None)
-
-    def lineage(self, leader: str, launches: dict, tried: list, leader_text: str) -> list:
-        """The changes from the baseline to the leader, each with the change that removes it from the leader."""
-        by_run = {t.run: t for t in tried}
-        chain, run, seen = [], leader, set()
-        while run in launches and launches[run]["purpose"] == "candidate" and run not in seen:
-            seen.add(run)
-            chain.append(run)
-            run = launches[run].get("parent")
-        chain.reverse()
-        leader_recipe = space_mod.as_recipe(leader_text)
-        baseline = space_mod.as_recipe(self.baseline_text)
-        out = []
-        for run in chain:
-            row, item = launches[run], by_run.get(run)
-            name = item.alternative if item else run
-            try:
-                undo = space_mod.leave_one_out(leader_recipe, self.recipe_text(row["parent"]), self.recipe_text(run),
-                                               row.get("lever", ""), "undo:" + name, baseline,
-                                               gpu=self.settings.get("ATTUNE_PLANNER_GPU") or None,
-                                               gate_rules=self.settings.get("ATTUNE_GATE_RULES") or None)
-            except OSError:  # a recipe missing from runs/: no leave-one-out candidate
-                undo = None
-            out.append(policy.Change(lever=row.get("lever", ""), alternative=name, run=run, undo=undo,
-                                     gain=item.gain if item else None, removed=self.removed(row["parent"], run)))
-        return out
-
-    def removed(self, parent: str, run: str) -> tuple:
-        """The arguments and variables ``run``'s recipe took out of its parent's."""
-        try:
-            before, after = (space_mod.as_recipe(self.recipe_text(r)) for r in (parent, run))
-        except OSError:
-            return ()
-        gone = [name for name in before.args() if name not in after.args()]
-        return tuple(gone + [name for name in before.env() if name not in after.env()])
 
     # ---------------------------------------------------------------- housekeeping on every step
     def in_flight(self, status: dict) -> bool:
@@ -552,60 +194,6 @@ class Planner(object):
                           "leads, or the same recipe ran already)" % (run, record.get("parent")), "--run", run,
                           "--json")
         return acted
-
-    def lesson_text(self, tried: policy.Tried, verdict: str) -> str:
-        """The lesson's sentence: the setup (model, GPUs, layout) and what to do differently next time."""
-        layout = _layout(space_mod.as_recipe(self.recipe_text(tried.parent)))
-        hardware = self.settings.get("ATTUNE_PLANNER_GPU") or _hardware(self.recipe_text(tried.parent))
-        predicted = "the projection predicted %s" % _pct(tried.predicted_gain) if tried.predicted_gain is not None \
-            else "no projection"
-        if tried.loo:
-            name = tried.alternative[len("undo:"):]
-            advice = {"kept": "removing %s from the final stack was faster: the stack is better without it" % name,
-                      "hurt": "removing %s from the final stack cost throughput: it pulls its weight there" % name,
-                      "rejected": "removing %s did not lose beyond its interval: it does not pull its weight in "
-                                  "the final stack" % name}[verdict]
-            return "%s on %s: leave-one-out against %s (%s); %s" % (layout, hardware, tried.parent, predicted, advice)
-        advice = {"kept": "it passed the leader test against its parent and the gate: keep it, and try it early on a "
-                          "similar model and cluster",
-                  "hurt": "its parent beat it by the leader test, or it failed: avoid it at this layout",
-                  "rejected": "it was not conclusive (or failed the gate): spend no run on it at this layout "
-                              "unless the bottleneck it addresses grows"}[verdict]
-        text = "%s on %s: %s against %s (%s); %s" % (layout, hardware, tried.alternative, tried.parent, predicted,
-                                                     advice)
-        if tried.failure:
-            text += "; the run failed with %s" % tried.failure
-        return text
-
-    def settle_lessons(self, status: dict, final: bool = False) -> None:
-        """One lesson per finalized candidate, once nothing is left to do on it (gate, confirmation, rerun)."""
-        rows = self.ledger()
-        have = {r.get("run") for r in rows if r.get("kind") == "note" and str(r.get("text", "")).startswith("lesson: ")}
-        finalized = {r.get("run") for r in rows if r.get("kind") == "result"}
-        todo = [r["run"] for r in rows if r.get("kind") == "launch" and r.get("purpose") == "candidate"
-                and r["run"] in finalized and r["run"] not in have]
-        if not todo:
-            return
-        for t in self.history(status)["tried"]:
-            if t.run not in todo or t.verdict == "running" or (t.verdict == "beats" and not final):
-                continue  # (at the end, a gated winner the budget could not confirm gets its lesson too)
-            if t.verdict == "failed" and t.failure in policy.Config().retry_classes and not t.retried and not final:
-                continue
-            if t.run in self.no_lesson:
-                continue
-            code, data, _out, err = self.verb("lesson", t.run, "--text", self.lesson_text(t, "rejected"), "--json",
-                                              "--dry-run")
-            if code != 0:  # e.g. never measured (unschedulable): no lesson; asked once per session
-                self.no_lesson.add(t.run)
-                self.event("lesson", run=t.run, skipped=err.strip()[:160])
-                continue
-            found = VERDICT_RE.search(data["lesson"])
-            verdict = found.group(1) if found else "rejected"
-            code, data, _out, err = self.verb("lesson", t.run, "--text", self.lesson_text(t, verdict), "--json")
-            if code == 0:
-                self.event("lesson", run=t.run, lever=t.lever, change=t.alternative, verdict=verdict)
-            else:
-                self.event("lesson", run=t.run, skipped=err.strip()[:160])
 
     # ---------------------------------------------------------------- actions
     def do(self, action: policy.Action, status: dict, state: policy.State) -> None:
@@ -651,14 +239,14 @@ class Planner(object):
             self.excluded[alt.key] = "the same recipe ran already as %s" % same[0]
             self.event("skip", lever=alt.lever, change=alt.name, why=self.excluded[alt.key])
             return
-        wanted = _canon(space_mod.diff(space_mod.as_recipe(self.recipe_text(leader)), child))
+        wanted = canon(space_mod.diff(space_mod.as_recipe(self.recipe_text(leader)), child))
         for path in sorted((self.dir / "runs").glob("*/candidate.json")):
             try:
                 record = json.loads(path.read_text(encoding="utf-8"))
             except ValueError:
                 continue
             if record.get("parent") == leader and record.get("lever") == alt.lever and \
-                    _canon(record.get("change")) == wanted:
+                    canon(record.get("change")) == wanted:
                 launched = {r["run"] for r in self.ledger() if r.get("kind") == "launch"}
                 if record["run"] not in launched:
                     run = self.launch(record["run"], status=status)
@@ -714,7 +302,7 @@ class Planner(object):
         self.write_notes(self.build(status) if status["band"].get("established") else None, status)
         leader = status.get("leader") or {}
         return "%s; leader %s at %s tokens/s/GPU (%s vs baseline); %s" % (
-            reason, leader.get("run"), _fmt(leader.get("tokens_per_s_per_gpu")), _pct(leader.get("vs_baseline")),
+            reason, leader.get("run"), fmt(leader.get("tokens_per_s_per_gpu")), pct(leader.get("vs_baseline")),
             "recipe.yaml shipped" if shipped else "shipping refused")
 
     # ---------------------------------------------------------------- the session
@@ -779,7 +367,7 @@ class Planner(object):
         self.verb("settings", "--check-files")
         budget = self.must("budget", "--json")
         self.event("setup", backend=self.settings.get("ATTUNE_BACKEND"), budget_kind=budget["kind"],
-                   budget_left=budget["left"], layout=_layout(space_mod.as_recipe(self.baseline_text)))
+                   budget_left=budget["left"], layout=layout_of(space_mod.as_recipe(self.baseline_text)))
         rows = self.settings.get("ATTUNE_ROWS_PATH")
         if not rows:
             if not any(r.get("kind") == "note" and "declared no rows" in str(r.get("text")) for r in self.ledger()):
@@ -793,7 +381,7 @@ class Planner(object):
 
     def integrity(self, why: str) -> tuple:
         self.event("integrity", why=why[:200])
-        self.log_lines.append("%s integrity violation: %s; nothing more is launched" % (_now(), why[:300]))
+        self.log_lines.append("%s integrity violation: %s; nothing more is launched" % (now(), why[:300]))
         try:
             self.verb("report", "--json")
         except Integrity:
@@ -808,65 +396,6 @@ class EarlyExit(Exception):
 
 class BudgetRefused(Exception):
     """A launch the budget cannot hold (``budget --need`` or ``launch`` exit 1)."""
-
-
-# ------------------------------------------------------------------------------------------ helpers
-def _fmt(value) -> str:
-    return "%.1f" % value if isinstance(value, (int, float)) else "-"
-
-
-def _pct(value) -> str:
-    return "%+.2f%%" % (100 * value) if isinstance(value, (int, float)) else "-"
-
-
-def _canon(change) -> str:
-    items = []
-    for record in change or ():
-        if "arg" in record:
-            items.append("%s %s=%s" % (record.get("op"), record["arg"], record.get("value")))
-        elif "env" in record:
-            items.append("%s %s=%s" % (record.get("op"), record["env"], record.get("value")))
-    return ",".join(sorted(items))
-
-
-def _describe(change) -> str:
-    if not change:
-        return None
-    out = []
-    for record in change:
-        name = record.get("arg") or record.get("env")
-        out.append("%s%s" % (name, "" if record.get("op") == "unset" else "=%s" % record.get("value"))
-                   if record.get("op") == "set" else "unset %s" % name)
-    return ", ".join(out)
-
-
-def _hardware(text: str) -> str:
-    return space_mod.as_recipe(text).env().get("ATTUNE_SIM_HARDWARE") or "GPU"
-
-
-def _layout(recipe) -> str:
-    a = recipe.args()
-
-    def get(flag, default="1"):
-        value = a.get(flag)
-        return default if value is None else ("on" if value is True else str(value))
-    model = "%s layers, hidden %s%s" % (get("--num-layers", "?"), get("--hidden-size", "?"),
-                                        ", %s experts" % a["--num-experts"] if "--num-experts" in a else "")
-    recompute = a.get("--recompute-granularity")
-    if recompute == "full":
-        recompute = "full/%s/%s" % (a.get("--recompute-method"), a.get("--recompute-num-layers"))
-    parts = ["%s on %d GPUs" % (model, recipe.gpus()), "TP %s%s" % (get("--tensor-model-parallel-size"),
-                                                                    "+SP" if "--sequence-parallel" in a else ""),
-             "PP %s" % get("--pipeline-model-parallel-size")]
-    if "--num-layers-per-virtual-pipeline-stage" in a:
-        parts.append("%s layers per virtual stage" % a["--num-layers-per-virtual-pipeline-stage"])
-    parts += ["CP %s" % get("--context-parallel-size"), "EP %s" % get("--expert-model-parallel-size"),
-              "MBS %s" % get("--micro-batch-size"), "GBS %s" % get("--global-batch-size", "?"),
-              "recompute %s" % (recompute or "none"),
-              "overlap %s" % ("/".join(n for f, n in (("--overlap-grad-reduce", "grad"),
-                                                     ("--overlap-param-gather", "param"),
-                                                     ("--tp-comm-overlap", "tp")) if f in a) or "none")]
-    return ", ".join(parts)
 
 
 def _interrupted(_signum, _frame) -> None:

@@ -51,7 +51,7 @@ import hashlib
 import math
 from typing import Dict, List, Optional, Sequence
 
-from attune_core.ranking import band_text
+from attune.campaign.ranking import band_text
 
 from .space import Alternative, Lever, Prediction
 
@@ -285,7 +285,7 @@ def expected_improvement(gain: float, sd: float) -> float:
 def _modelled(state: State, lever: Lever, alt: Alternative, pred: Optional[Prediction]) -> bool:
     """Whether the projection reads the lever's flags (``projection.config.READS``/``READS_ENV``): then its
     prediction is the estimate, even when it equals the leader's."""
-    from projection.config import READS, READS_ENV
+    from attune.projection.config import READS, READS_ENV
     lead = state.leader_prediction
     if pred is None or not pred.ok or lead is None or not lead.ok or lead.tokens_per_s_per_gpu <= 0:
         return False

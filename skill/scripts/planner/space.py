@@ -12,7 +12,7 @@ Signatures (stable; a benchmark drives them without the CLI)::
         -> Optional[Alternative]                               # undo, applied to the leader and checked
     check(parent, child, baseline, gpu, gate_rules) -> str     # why child cannot be a candidate ("" if it can)
 
-``recipe`` is an ``attune_core.recipe.Recipe`` or its YAML text. An ``Alternative`` is one candidate change
+``recipe`` is an ``attune.core.recipe.Recipe`` or its YAML text. An ``Alternative`` is one candidate change
 in ``attune candidate new`` syntax: ``changes`` is a tuple of ``(option, value)`` pairs with option one of
 ``--set`` (value ``ARG`` or ``ARG=VALUE``), ``--unset`` (``ARG``), ``--env`` (``NAME=VALUE``) and
 ``--unset-env`` (``NAME``), arguments written without their dashes; ``argv()`` is what follows
@@ -22,7 +22,7 @@ legality rules), never another lever's flags.
 
 Each alternative of ``space(recipe)`` has been applied to ``recipe`` and passed, against ``baseline``
 (default: ``recipe`` itself), the checks ``attune candidate new`` makes and the gate's configuration check:
-the fixed-shape workload (``workload.compare``), Megatron-LM's legality (``attune_core.legality``) and the
+the fixed-shape workload (``workload.compare``), Megatron-LM's legality (``attune.core.legality``) and the
 model-construction asserts the projection checks (``projection.config.parse``), and the gate's classes
 (``correctness.config_check``: no ``numeric`` or ``fixed`` change, so the candidate can ship). Those that fail
 are kept in ``Lever.rejected`` with the reason. A lever with no alternative left is dropped unless
@@ -42,10 +42,10 @@ SCRIPTS = Path(__file__).resolve().parents[1]
 if str(SCRIPTS) not in sys.path:
     sys.path.insert(0, str(SCRIPTS))
 
-from attune_core import legality, levers as levers_mod, workload  # noqa: E402
-from attune_core.candidates import parse_changes  # noqa: E402
-from attune_core.errors import AttuneError  # noqa: E402
-from attune_core.recipe import Recipe, diff  # noqa: E402
+from attune.campaign.candidates import parse_changes  # noqa: E402
+from attune.core import legality, levers as levers_mod, workload  # noqa: E402
+from attune.core.errors import AttuneError  # noqa: E402
+from attune.core.recipe import Recipe, diff  # noqa: E402
 
 __all__ = ["Alternative", "Lever", "Prediction", "space", "no_mechanism", "apply", "predict", "project_recipe", "as_recipe", "undo",
            "leave_one_out", "check", "LEVER_IDS", "COMPANIONS", "OPTIONS"]
@@ -186,7 +186,7 @@ def _catalog(path: str) -> dict:
 
 @functools.lru_cache(maxsize=4)
 def _rules(overrides: Optional[str]):
-    from correctness.rules import Rules
+    from attune.correctness.rules import Rules
     return Rules(overrides=overrides or None)
 
 
@@ -515,14 +515,14 @@ def check(parent: Recipe, child: Recipe, baseline: Recipe, gpu: Optional[str], g
     if violations:
         return "legality: " + "; ".join(str(v) for v in violations)
     env = child.env()
-    from projection import config as proj_config
+    from attune.projection import config as proj_config
     gpus = int(env["ATTUNE_SIM_GPUS"]) if env.get("ATTUNE_SIM_GPUS", "").isdigit() else child.gpus()
     per_node = env.get("ATTUNE_SIM_GPUS_PER_NODE", "")
     try:
         proj_config.parse(child.args(), gpus, gpu, int(per_node) if per_node.isdigit() else 8)
     except AttuneError as exc:
         return "megatron: " + str(exc).splitlines()[0]
-    from correctness import config_check
+    from attune.correctness import config_check
     found = config_check.check(SimpleNamespace(args=baseline.args(), env=baseline.env()),
                                SimpleNamespace(args=child.args(), env=child.env()), _rules(gate_rules))
     if not found["passed"]:
@@ -661,7 +661,7 @@ def project_recipe(recipe, hardware: Optional[str] = None) -> Optional[Predictio
     hardware = hardware or env.get("ATTUNE_SIM_HARDWARE")
     if not hardware:
         return None
-    from projection.api import project
+    from attune.projection.api import project
     gpus = int(env["ATTUNE_SIM_GPUS"]) if env.get("ATTUNE_SIM_GPUS", "").isdigit() else recipe.gpus()
     per_node = env.get("ATTUNE_SIM_GPUS_PER_NODE", "")
     args = recipe.args()

@@ -21,7 +21,7 @@ import subprocess
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
-from . import memory, profiler, status
+from . import helper_status as status, memory, profiler
 
 PACKAGE_PARENT = str(Path(__file__).resolve().parent.parent)
 

@@ -2,7 +2,7 @@
 
 Call it once, early in the training process (after CUDA is usable, before the model is built)::
 
-    from pod_hooks import memory
+    from attune.pod_hooks import memory
     memory.install()
 
 When the wrapper's ``oom_snapshot`` hook set ``ATTUNE_MEMORY_HISTORY`` (the number of allocation
@@ -19,7 +19,7 @@ from __future__ import annotations
 import os
 import sys
 
-from . import status
+from . import helper_status as status
 
 HISTORY_ENV = "ATTUNE_MEMORY_HISTORY"
 DIR_ENV = "ATTUNE_MEMORY_SNAPSHOT_DIR"

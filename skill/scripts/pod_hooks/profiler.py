@@ -3,7 +3,7 @@
 Megatron-LM and slime profile themselves from flags the hook appends; any other program reads the
 hook's settings from the environment through this helper::
 
-    from pod_hooks.profiler import maybe_profile
+    from attune.pod_hooks.profiler import maybe_profile
 
     for step in range(num_steps):
         with maybe_profile(step):
@@ -27,7 +27,7 @@ import os
 import sys
 from typing import Iterator, Optional, Tuple
 
-from . import status
+from . import helper_status as status
 
 STEPS_ENV = "ATTUNE_PROFILE_STEPS"
 DIR_ENV = "ATTUNE_PROFILE_DIR"

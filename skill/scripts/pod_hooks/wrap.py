@@ -2,7 +2,7 @@
 
 Usage::
 
-    python3 -m pod_hooks.wrap --hooks NAME[,NAME...] --out DIR [--hook-arg NAME.KEY=VALUE ...] -- ENTRYPOINT...
+    python3 -m attune.pod_hooks.wrap --hooks NAME[,NAME...] --out DIR [--hook-arg NAME.KEY=VALUE ...] -- ENTRYPOINT...
     python3 skill/scripts/pod_hooks/wrap.py ...      # the same, run as a file
 
 Each selected hook's ``before`` runs, then the entrypoint as a child process (its output passed
@@ -31,11 +31,12 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
-if __package__ in (None, ""):  # run as a file: make the package importable
+if __package__ in (None, ""):  # run as a file: load the attune package from this tree (attune.py)
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    import attune  # noqa: F401,E402
 
-from pod_hooks.hooks import HOOKS, Context, Hook, HookSkipped  # noqa: E402
-from pod_hooks.status import OUT_ENV, PREFIX  # noqa: E402
+from attune.pod_hooks.helper_status import OUT_ENV, PREFIX  # noqa: E402
+from attune.pod_hooks.hooks import HOOKS, Context, Hook, HookSkipped  # noqa: E402
 
 RECORD = "pod_hooks.json"
 SCHEMA_VERSION = 1

@@ -21,8 +21,7 @@ import statistics
 from typing import Optional
 
 from .analyze import TOP_KERNELS
-from .diagnose import _mean
-from .diagnose import duration_text as _t
+from .diagnose import _mean, duration_text as _t
 
 EXPLAINED = 3
 STAYED = 0.10  # a total within 10% of the larger side counts as unchanged

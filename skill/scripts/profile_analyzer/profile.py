@@ -11,7 +11,7 @@ import statistics
 from pathlib import Path
 from typing import Optional
 
-from attune_core.errors import InputError
+from attune.core.errors import InputError
 
 from . import analyze, collect, diagnose
 
@@ -39,10 +39,9 @@ def trace_files(paths) -> list:
 def parallel_layout(recipe_path, world_size: Optional[int]) -> dict:
     """TP/PP/VP/CP/EP, data parallelism and micro-batches from a recipe (RayJob YAML or local.json),
     and the ideal 1F1B bubble fraction of a step: (pp - 1) / (vp * m + pp - 1)."""
-    from attune_core.command import Command
-    from attune_core.recipe import Recipe
-
-    from attune_core import files
+    from attune.core import files
+    from attune.core.command import Command
+    from attune.core.recipe import Recipe
 
     path = Path(recipe_path)
     json_job = path.suffix == ".json"

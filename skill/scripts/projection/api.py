@@ -8,7 +8,7 @@ command-line arguments, in well under a second on a CPU.
     >>> sorted(out)[:3]
     ['gpus', 'gpus_per_node', 'hardware']
 
-The efficiencies come from ``params.json`` (written by ``python -m projection.calibrate``); a GPU
+The efficiencies come from ``params.json`` (written by ``python -m attune.projection.calibrate``); a GPU
 family without published rows uses the cross-GPU values and says so in ``warnings``.
 """
 
@@ -22,7 +22,7 @@ from typing import Mapping, Optional
 
 import numpy as np
 
-from attune_core.errors import InputError
+from attune.core.errors import InputError
 
 from . import config, hardware as hw, memory, model, timing
 from .config import ConfigError
@@ -58,7 +58,7 @@ def theta_for(gpu: hw.GPU, params: Optional[dict]) -> tuple:
     warnings = []
     if params is None:
         theta, calibrated = dict(PRIOR), False
-        warnings.append("no params.json: projected with prior efficiencies (run python -m projection.calibrate)")
+        warnings.append("no params.json: projected with prior efficiencies (run python -m attune.projection.calibrate)")
     elif gpu.family in params.get("families", {}):
         theta, calibrated = dict(params["families"][gpu.family]), True
     else:

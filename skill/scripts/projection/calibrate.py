@@ -1,8 +1,8 @@
 """Fit the projection's efficiencies on the published measurements and report leave-one-out error.
 
-    cd skill/scripts && ../../.venv/bin/python -m projection.calibrate            # fit, write params.json
-    ../../.venv/bin/python -m projection.calibrate --check                         # refit, compare, write nothing
-    ../../.venv/bin/python -m projection.calibrate --excluded                      # why each row is left out
+    cd skill/scripts && ../../.venv/bin/python -m attune.projection.calibrate            # fit, write params.json
+    ../../.venv/bin/python -m attune.projection.calibrate --check                         # refit, compare, write nothing
+    ../../.venv/bin/python -m attune.projection.calibrate --excluded                      # why each row is left out
 
 **Parameters** (``timing.THETA``; each is 1/efficiency, or seconds for the two overheads). Ten
 global values ``u`` (log scale) and, per GPU family, offsets ``v`` for the four that plausibly differ by
@@ -237,7 +237,7 @@ def table_lines(loo: dict) -> list:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m projection.calibrate", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m attune.projection.calibrate", description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=api.PARAMS, help="where to write the fit (default: params.json)")
     parser.add_argument("--check", action="store_true", help="refit and compare with --out; write nothing")
     parser.add_argument("--excluded", action="store_true", help="list the rows left out and the rule each fails")

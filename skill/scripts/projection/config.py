@@ -1,14 +1,14 @@
 """Megatron-LM command-line arguments to one validated, frozen ``Job``: model shape, parallel
 layout, batch, recompute, overlap and precision.
 
-The input is ``attune_core.recipe.Recipe(text).args()``: ``{"--flag": "value"}``, ``True`` for a flag
+The input is ``attune.core.recipe.Recipe(text).args()``: ``{"--flag": "value"}``, ``True`` for a flag
 given without a value. Defaults are Megatron-LM's own (``megatron/training/arguments.py`` and
 ``TransformerConfig``): ``--ffn-hidden-size`` 4h, ``--kv-channels`` h/heads, query groups = heads
 without ``--group-query-attention``, dropouts 0.1, vocabulary padded to a multiple of
 ``--make-vocab-size-divisible-by`` (128) x TP. Where Megatron has no default (``--vocab-size`` when
 only a tokenizer is named) a stated default is used and a warning says so.
 
-Illegal layouts raise ``ConfigError`` naming the rule. The rules ``attune_core.legality`` already
+Illegal layouts raise ``ConfigError`` naming the rule. The rules ``attune.core.legality`` already
 has (world size, global batch, experts per rank, layers per stage, virtual pipeline, sequence
 parallel, overlap flags) come from there; the rest are Megatron's model-construction asserts:
 heads and query groups vs TP (``TransformerConfig.__post_init__``), seq-length vs 2 x CP,
@@ -24,8 +24,8 @@ import dataclasses
 import re
 from typing import Mapping, Optional
 
-from attune_core import legality
-from attune_core.errors import InputError
+from attune.core import legality
+from attune.core.errors import InputError
 
 DEFAULT_VOCAB = 50257  # GPT-2 BPE, the vocabulary of Megatron-LM's default GPT2BPETokenizer
 # Legality rules about spelling, not the layout: warnings here. The environment rule

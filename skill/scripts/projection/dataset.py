@@ -2,7 +2,7 @@
 projection inputs: which rows are usable, and each usable row as Megatron-LM arguments.
 
 A row is **usable** when it passes every rule below, in order; the first rule it fails is its
-exclusion reason (``python -m projection.calibrate --excluded`` lists them):
+exclusion reason (``python -m attune.projection.calibrate --excluded`` lists them):
 
 1. ``stack``: the run used Megatron-Core (Megatron-LM, Megatron-Bridge, NeMo); torchtitan and NeMo
    AutoModel rows are PyTorch FSDP2/DTensor stacks with other kernels and schedules.

@@ -56,7 +56,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Optional
 
-from attune_core.errors import InputError
+from attune.core.errors import InputError
 
 
 @dataclasses.dataclass(frozen=True)

@@ -31,18 +31,19 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import statistics
 import sys
-import os
 from pathlib import Path
 
-if __package__ in (None, ""):  # run as a file: make the package importable
+if __package__ in (None, ""):  # run as a file: load the attune package from this tree (attune.py)
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    import attune  # noqa: F401,E402
 
 import numpy as np  # noqa: E402
 
-from correctness import convergence  # noqa: E402
-from correctness.rules import Rules  # noqa: E402
+from attune.correctness import convergence  # noqa: E402
+from attune.correctness.rules import Rules  # noqa: E402
 
 DEFAULT_DIR = Path(os.environ.get("ATTUNE_CORPUS_DIR") or Path(__file__).resolve().parents[3].parent / "shared" / "data") \
     / "megatron_golden"

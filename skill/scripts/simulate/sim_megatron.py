@@ -3,7 +3,7 @@
 Usage::
 
     ATTUNE_SIM_HARDWARE=H100 ATTUNE_SIM_GPUS=64 python3 skill/scripts/simulate/sim_megatron.py <pretrain_gpt.py args>
-    python3 -m simulate.sim_megatron <pretrain_gpt.py args>          # with skill/scripts on the path
+    python3 -m attune.simulate.sim_megatron <pretrain_gpt.py args>          # with skill/scripts on the path
 
 It takes ``pretrain_gpt.py``'s arguments, asks the throughput projection (``projection.api.project``)
 what the layout would do on the simulated hardware, and prints what Megatron-LM would: start-up
@@ -36,15 +36,15 @@ import time
 from pathlib import Path
 from typing import Callable, Optional, TextIO
 
-if __package__ in (None, ""):  # run as a file: make the package importable
+if __package__ in (None, ""):  # run as a file: load the attune package from this tree (attune.py)
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    import attune  # noqa: F401,E402
 
-from attune_core.command import Command  # noqa: E402
-from attune_core.errors import InputError  # noqa: E402
-from attune_core.legality import BLACKWELL  # noqa: E402
-from correctness.rules import Rules  # noqa: E402
-from simulate import megatron_text as text  # noqa: E402
-from simulate import model  # noqa: E402
+from attune.core.command import Command  # noqa: E402
+from attune.core.errors import InputError  # noqa: E402
+from attune.core.legality import BLACKWELL  # noqa: E402
+from attune.correctness.rules import Rules  # noqa: E402
+from attune.simulate import megatron_text as text, noise as model  # noqa: E402
 
 LABEL = "SIMULATED"
 FAULTS = ("none", "nccl_timeout", "hang", "crash")
@@ -349,7 +349,7 @@ def _fault(printer: Printer, inputs: Inputs, args: dict, layout: dict, iteration
 def main(argv: Optional[list] = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
-        from projection import api
+        from attune.projection import api
     except ImportError as exc:
         print("sim_megatron: the throughput projection (projection.api) cannot be imported: %s. Fix: run from a "
               "checkout that has skill/scripts/projection/" % exc, file=sys.stderr)

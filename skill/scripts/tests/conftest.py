@@ -35,5 +35,5 @@ def without_replay(monkeypatch):
     """For tests of shipping from a SYNTHETIC campaign (``data/campaign_basic``, ``factory.Builder``): its rows have
     no run logs behind them, so the replay pre-ship check refuses every one of them (test_replay.py shows it);
     these tests are about the other checks and what the report says, and run without it."""
-    from attune_core import preship
+    from attune.campaign import preship
     monkeypatch.delitem(preship.CHECKS, "replay")

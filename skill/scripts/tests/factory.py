@@ -12,15 +12,15 @@ import random
 import time
 from pathlib import Path
 
-from attune_core import campaign as campaign_mod
-from attune_core import settings as settings_mod
-from attune_core.measure import encode_float
+from attune.campaign import ledger as campaign_mod
+from attune.core import settings as settings_mod
+from attune.core.measure import encode_float
 
 def local_campaign(tmp_path, recipe_text: str, prefix: str, campaign_id: str, **extra):
     """Yield ``(campaign, settings)``: a campaign on the local backend whose baseline is ``recipe_text`` and whose
     budget is 20 runs (``extra``: more settings); every run it launched is torn down afterwards (for a fixture:
     ``yield from``)."""
-    from attune_core import runs
+    from attune.campaign import runs
     baseline = Path(tmp_path) / "baseline.yaml"
     baseline.write_text(recipe_text)
     made_settings = settings(ATTUNE_BASELINE_YAML=str(baseline), ATTUNE_RUN_PREFIX=prefix, AUTOTUNE_GPUH_BUDGET="",
@@ -36,7 +36,7 @@ def local_campaign(tmp_path, recipe_text: str, prefix: str, campaign_id: str, **
 
 def wait(campaign, made_settings, run, states, timeout=60.0):
     """Poll ``run`` until its state is one of ``states``; fail the test after ``timeout`` seconds."""
-    from attune_core import runs
+    from attune.campaign import runs
     deadline = time.time() + timeout
     while time.time() < deadline:
         status = runs.poll(campaign, made_settings, run)
@@ -96,7 +96,7 @@ class Clock(object):
 
 
 class Builder(object):
-    """Write a campaign through ``attune_core.campaign`` with deterministic times."""
+    """Write a campaign through ``attune.campaign.ledger`` with deterministic times."""
 
     def __init__(self, directory, settings_obj=None, campaign_id="test-fixture-20261102", clock=None, note=None):
         self.clock = clock or Clock()

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from conftest import DATA
 
-from attune_core.recipe import Recipe
+from attune.core.recipe import Recipe
 
 RECIPE = DATA / "recipes" / "megatron_rayjob.yaml"
 LINE = (" [2026-11-02 10:00:%02d.000000] iteration %8d/%8d | consumed samples: %12d | elapsed time per iteration "

@@ -1,7 +1,7 @@
 """Every argument of every Megatron-LM and slime release the rules were checked against has a class.
 
 ``correctness/rules/arguments.json`` records the arguments of each release as that release's own code
-defines them (Megatron-LM's parser, slime's ``add_argument`` calls; ``python -m correctness.inventory``
+defines them (Megatron-LM's parser, slime's ``add_argument`` calls; ``python -m attune.correctness.inventory``
 writes it). These tests check that the rules class every one, and, for each release whose source this
 machine can reach, that the record is what the source defines today: core_v0.16.1 from the corpus
 (``ATTUNE_CORPUS_DIR``'s ``megatron-lm/``, or ``ATTUNE_MEGATRON_DIR``), and any checkout named in
@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from correctness import inventory
-from correctness.rules import Rules
+from attune.correctness import inventory
+from attune.correctness.rules import Rules
 
 REPO = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(REPO / "harness"))
@@ -76,7 +76,7 @@ def test_the_record_of_each_reachable_release_is_what_its_source_defines():
                     "ATTUNE_ARGUMENT_SOURCES): the recorded lists are checked above, not re-read")
     rules = Rules()
     for release, directory in reachable:
-        assert release in RELEASES, "%s (%s) is not recorded in arguments.json: run python -m correctness.inventory" % (
+        assert release in RELEASES, "%s (%s) is not recorded in arguments.json: run python -m attune.correctness.inventory" % (
             release, directory)
         names = inventory.read_arguments(RELEASES[release]["stack"], directory)
         assert names == RELEASES[release]["arguments"], "%s at %s defines %s and no longer %s" % (

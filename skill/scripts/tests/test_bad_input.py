@@ -29,7 +29,7 @@ import pytest
 from conftest import DATA, SCRIPTS
 from factory import Builder, settings as make_settings
 
-from attune_core import cli
+from attune import cli
 
 # empty; 8 KiB of random bytes; prose in Latin-1 (text, not UTF-8); the valid file with one byte that is not
 # UTF-8 (text formats only); the valid file cut in half; a valid file of another kind
@@ -357,7 +357,7 @@ def data_files(tmp_path_factory):
     import pyarrow.parquet as pq
     from test_rows import records, save_tokenizer, write_jsonl
 
-    from data import rows as rows_mod
+    from attune.data import rows as rows_mod
     tok = save_tokenizer(root / "tok")
     files["tokenizer"], files["tokenizer_json"] = str(tok), str(tok / "tokenizer.json")
     write_jsonl(root / "records.jsonl", records(5, n=40))
@@ -375,7 +375,7 @@ def data_files(tmp_path_factory):
         return files
     from test_rollout import make_sample
 
-    from data import rollout
+    from attune.data import rollout
     rng = random.Random(3)
     torch.save({"rollout_id": 0, "samples": [make_sample(rng, 0, i) for i in range(8)]}, root / "0.pt")
     files["dump"] = str(root / "0.pt")
@@ -496,7 +496,7 @@ def test_a_log_cut_before_its_first_record_is_refused(tmp_path):
 
 
 def test_a_large_binary_file_is_refused_without_reading_it_all(tmp_path, monkeypatch):
-    from attune_core import logparse
+    from attune.core import logparse
     monkeypatch.setattr(logparse, "CHUNK_CHARS", 1024)
     path = tmp_path / "core.bin"
     path.write_bytes(random.Random(3).randbytes(1 << 20))
@@ -506,7 +506,7 @@ def test_a_large_binary_file_is_refused_without_reading_it_all(tmp_path, monkeyp
 
 
 def test_a_line_longer_than_any_buffer_is_read_in_pieces(tmp_path, monkeypatch):
-    from attune_core import logparse
+    from attune.core import logparse
     monkeypatch.setattr(logparse, "CHUNK_CHARS", 64)
     monkeypatch.setattr(logparse, "LINE_CHARS", 256)
     path = tmp_path / "log.txt"

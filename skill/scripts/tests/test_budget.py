@@ -10,9 +10,9 @@ from factory import Builder, settings as make_settings
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from attune_core import budget as budget_mod
-from attune_core import ranking as ranking_mod
-from attune_core.errors import CheckFailed, InputError
+from attune.campaign import budget as budget_mod
+from attune.campaign import ranking as ranking_mod
+from attune.core.errors import CheckFailed, InputError
 
 
 def state(b):

@@ -9,9 +9,9 @@ import pytest
 from conftest import DATA
 from factory import settings as make_settings
 
-from attune_core import campaign as campaign_mod
-from attune_core import cli
-from attune_core.recipe import Recipe
+from attune.campaign import ledger as campaign_mod
+from attune import cli
+from attune.core.recipe import Recipe
 
 
 @pytest.fixture
@@ -60,8 +60,8 @@ def test_illegal_and_shape_changing_candidates_are_refused(campaign, capsys):
 
 
 def test_change_syntax():
-    from attune_core.candidates import parse_changes
-    from attune_core.errors import InputError
+    from attune.campaign.candidates import parse_changes
+    from attune.core.errors import InputError
     assert parse_changes(sets=["micro-batch-size=2", "--lr=1e-4", "use-distributed-optimizer"]) == [
         {"op": "set", "arg": "--micro-batch-size", "value": "2"}, {"op": "set", "arg": "--lr", "value": "1e-4"},
         {"op": "set", "arg": "--use-distributed-optimizer", "value": True}]

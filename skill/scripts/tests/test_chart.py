@@ -11,10 +11,11 @@ from factory import Builder
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from attune_core import chart, cli
-from attune_core import ranking as ranking_mod
-from attune_core.measure import RunScore
-from attune_core.ranking import RunView
+from attune.campaign import chart
+from attune import cli
+from attune.campaign import ranking as ranking_mod
+from attune.core.measure import RunScore
+from attune.campaign.ranking import RunView
 
 SET = lambda arg: [{"op": "set", "arg": arg}]  # noqa: E731
 

@@ -14,8 +14,8 @@ import pytest
 from conftest import DATA, REPO, SCRIPTS
 from factory import Builder
 
-from attune_core import cli
-from attune_core.errors import EXIT_CODES
+from attune import cli
+from attune.core.errors import EXIT_CODES
 
 VERBS = ["init", "settings", "doctor", "verify", "rank", "status", "budget", "stop", "note", "lesson", "metrics", "candidate", "project",
          "launch", "poll", "finalize", "teardown", "kube", "topology", "gate", "profile", "report", "rows"]
@@ -140,7 +140,7 @@ def test_stop_checks_its_evidence(tmp_path):
     # r010 is still in flight
     assert cli.main(["stop", "--campaign", str(campaign), "--reason", "x", "--evidence", "r008"]) == 1
     b = Builder.__new__(Builder)
-    from attune_core.campaign import Campaign
+    from attune.campaign.ledger import Campaign
     c = Campaign(campaign)
     c.append("result", run="r010", status="failed", failure={"class": "oom"})
     assert cli.main(["stop", "--campaign", str(campaign), "--reason", "nothing left clears ±1%",
@@ -189,12 +189,12 @@ def test_report_refuses_to_ship(tmp_path, without_replay, damage, reason):
 
 def test_installed_console_script_entry_point_is_the_cli():
     text = (REPO / "pyproject.toml").read_text()
-    assert 'attune = "attune_core.cli:main"' in text
-    assert (SCRIPTS / "attune_core" / "cli.py").exists()
+    assert 'attune = "attune.cli:main"' in text
+    assert (SCRIPTS / "cli" / "__init__.py").exists()
 
 
 def test_a_failed_gate_demotes_the_leader_and_the_baseline_ships(tmp_path, without_replay):
-    from attune_core.campaign import Campaign
+    from attune.campaign.ledger import Campaign
     campaign = fixture_copy(tmp_path)
     Campaign(campaign).append("gate", run="r005", verdict="fail", against="r001", reasons=["loss off"])
     assert cli.main(["report", "--campaign", str(campaign)]) == 0
@@ -205,7 +205,7 @@ def test_a_failed_gate_demotes_the_leader_and_the_baseline_ships(tmp_path, witho
 
 
 def test_gpu_log_of_another_campaign_is_an_integrity_error(tmp_path):
-    from attune_core.chainlog import ChainLog
+    from attune.core.chainlog import ChainLog
     campaign = fixture_copy(tmp_path)
     for suffix in ("", ".head"):
         (campaign / ("gpu_hours.jsonl" + suffix)).unlink()
@@ -237,7 +237,7 @@ def test_metrics_verb_on_a_real_log(readonly_tree):
 
 def test_background_work_runs_in_the_caller_when_no_process_can_be_forked(monkeypatch, tmp_path):
     import os as os_module
-    from attune_core import background
+    from attune.campaign import background
 
     def refuse():
         raise OSError(11, "Resource temporarily unavailable")

@@ -14,7 +14,7 @@ import pytest
 
 from conftest import SCRIPTS
 
-from attune_core import logparse
+from attune.core import logparse
 
 WRAP = SCRIPTS / "pod_hooks" / "wrap.py"
 TORCH = importlib.util.find_spec("torch") is not None

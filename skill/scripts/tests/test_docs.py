@@ -6,7 +6,8 @@ import re
 
 from conftest import REPO
 
-from attune_core import cli, settings
+from attune import cli
+from attune.core import settings
 
 README = (REPO / "README.md").read_text()
 MEASUREMENT = (REPO / "skill" / "references" / "measurement.md").read_text()

@@ -11,9 +11,11 @@ import pytest
 from conftest import DATA, REPO
 from fake_kube import FakeKube, write_kubeconfig
 
-from attune_core import campaign as campaign_mod
-from attune_core import cli, confinement, doctor
-from attune_core import settings as settings_mod
+from attune.campaign import ledger as campaign_mod
+from attune import cli
+from attune.core import confinement
+from attune.campaign import doctor
+from attune.core import settings as settings_mod
 
 RECIPE = (DATA / "recipes" / "megatron_rayjob.yaml").read_text()
 LOCAL_RECIPE = (DATA / "recipes" / "local_fake_megatron.yaml").read_text()
@@ -272,7 +274,7 @@ def test_the_planner_needs_no_cli(cluster, kube, capsys, monkeypatch):
 def _rows_file(path, first_token=1):
     np = pytest.importorskip("numpy")
     pytest.importorskip("pyarrow")
-    from data import rows as rows_mod
+    from attune.data import rows as rows_mod
     ids = np.arange(first_token, first_token + 16, dtype=np.int32)
     batch = (2, ids, np.ones(16, np.uint8), np.array([0, 2, 4], np.int32), np.array([0, 8, 0, 8], np.int32))
     return rows_mod.write(path, [batch], {"seq_length": 8})

@@ -7,8 +7,8 @@ import shutil
 from conftest import DATA
 from factory import Builder
 
-from attune_core import ranking
-from attune_core.finalize import RunFacts, finalize
+from attune.campaign import ranking
+from attune.campaign.finalize import RunFacts, finalize
 
 LINE = (" [2026-11-02 09:00:{sec:02d}] iteration {it:8d}/      20 | consumed samples: {cs:12d} | elapsed time per "
         "iteration (ms): {ms:.1f} | throughput per GPU (TFLOP/s/GPU): 401.2 | learning rate: 3.000000E-04 | "
@@ -109,7 +109,7 @@ def test_no_log_and_a_bad_exit_is_a_crash(tmp_path):
 
 
 def test_a_step_too_short_to_time_is_warned_about():
-    from attune_core.finalize import metrics_columns
+    from attune.campaign.finalize import metrics_columns
 
     def parsed(ms):
         return {"steps": [{"step": i, "elapsed_ms": ms, "global_batch_size": 8, "lm_loss": 1.0, "skipped": 0,
@@ -121,8 +121,8 @@ def test_a_step_too_short_to_time_is_warned_about():
 
 
 def test_a_failing_pod_hook_does_not_fail_a_run_that_finished(tmp_path, capsys):
-    from pod_hooks import wrap
-    from pod_hooks.hooks import Hook
+    from attune.pod_hooks import wrap
+    from attune.pod_hooks.hooks import Hook
 
     class Broken(Hook):
         def after(self, ctx, exit_code, log_tail):
@@ -139,7 +139,7 @@ def test_a_failing_pod_hook_does_not_fail_a_run_that_finished(tmp_path, capsys):
 
 
 def test_a_log_too_large_to_hold_as_lines_is_triaged_from_the_parse(tmp_path, monkeypatch):
-    from attune_core import finalize as finalize_mod
+    from attune.campaign import finalize as finalize_mod
     monkeypatch.setattr(finalize_mod, "CRASH_SCAN_BYTES", 100)  # any log is "large": no lines are held
     b = setup(tmp_path)
     log = megatron_log(tmp_path / "log.txt", iterations=range(1, 8))

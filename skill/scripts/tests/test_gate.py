@@ -11,11 +11,11 @@ from conftest import DATA
 from factory import Builder
 from gate_factory import arg, curve, env, unset, write_run
 
-from attune_core import cli
-from attune_core.errors import InputError
-from correctness import convergence
-from correctness.gate import run_gate
-from correctness.rules import Rules
+from attune import cli
+from attune.core.errors import InputError
+from attune.correctness import convergence
+from attune.correctness.gate import run_gate
+from attune.correctness.rules import Rules
 
 BASE = curve()
 
@@ -313,7 +313,8 @@ def test_re_drawn_weights_may_close_the_gap_but_a_gap_that_widens_is_caught(tmp_
 
 def test_a_campaigns_gate_takes_neither_other_rules_nor_repeats_from_outside_its_runs(tmp_path, capsys, monkeypatch):
     from factory import settings as make_settings
-    from attune_core import campaign as campaign_mod, cli
+    from attune.campaign import ledger as campaign_mod
+    from attune import cli
     campaign = campaign_mod.init(tmp_path / "c", make_settings(ATTUNE_BACKEND="local"), "gate-scope")
     monkeypatch.setenv("ATTUNE_CAMPAIGN_DIR", str(campaign.dir))
     lenient = tmp_path / "c" / "scratch" / "lenient.yaml"

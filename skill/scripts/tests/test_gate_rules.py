@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import yaml
 
-from correctness import rules as rules_mod
-from correctness.rules import CLASSES, Rules
+from attune.correctness import rules as rules_mod
+from attune.correctness.rules import CLASSES, Rules
 
 # The CLI flags in the table of megatron.md §2 "Megatron-LM throughput-relevant arguments" (names
 # only; the reference marks --cpu-offloading, --virtual-pipeline-model-parallel-size,

@@ -9,9 +9,10 @@ import json
 import pytest
 from test_kuberay import cluster_campaign, kube  # noqa: F401 - the fixtures
 
-from attune_core import cli, runs
-from attune_core.kube import read_only_problem
-from attune_core.kuberay import LABEL_RUN
+from attune import cli
+from attune.campaign import runs
+from attune.campaign.kube import read_only_problem
+from attune.campaign.kuberay import LABEL_RUN
 
 
 @pytest.fixture
@@ -90,7 +91,7 @@ def test_the_read_only_rule():
 
 def test_the_local_backend_has_no_cluster_to_inspect(tmp_path, capsys, monkeypatch):
     from factory import settings as make_settings
-    from attune_core import campaign as campaign_mod
+    from attune.campaign import ledger as campaign_mod
     campaign = campaign_mod.init(tmp_path / "c", make_settings(ATTUNE_BACKEND="local"), "local-kube")
     monkeypatch.setenv("ATTUNE_CAMPAIGN_DIR", str(campaign.dir))
     code, _, err = kube_cli(capsys, "pods", "r001")

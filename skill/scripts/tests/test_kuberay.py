@@ -10,9 +10,9 @@ from conftest import DATA
 from fake_kube import FakeKube, write_kubeconfig
 from factory import settings as make_settings
 
-from attune_core.errors import CheckFailed, InputError
-from attune_core.kuberay import KubeRayBackend, rayjob_state
-from attune_core.recipe import Recipe
+from attune.core.errors import CheckFailed, InputError
+from attune.campaign.kuberay import KubeRayBackend, rayjob_state
+from attune.core.recipe import Recipe
 
 TEXT = (DATA / "recipes" / "megatron_rayjob.yaml").read_text()
 
@@ -132,7 +132,7 @@ LINE = (" [2026-11-02 09:00:{sec:02d}] iteration {it:8d}/      20 | consumed sam
 def cluster_campaign(kube, tmp_path, monkeypatch):
     """A campaign on the kuberay backend whose kubeconfig points at the fake API."""
     import shutil
-    from attune_core import campaign as campaign_mod
+    from attune.campaign import ledger as campaign_mod
     kubeconfig = tmp_path / "kubeconfig"
     write_kubeconfig(kubeconfig, kube.url)
     monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
@@ -145,7 +145,7 @@ def cluster_campaign(kube, tmp_path, monkeypatch):
 
 
 def test_launch_finalize_on_the_cluster(kube, cluster_campaign):
-    from attune_core import ranking, runs
+    from attune.campaign import ranking, runs
     campaign, settings = cluster_campaign
     row = runs.launch(campaign, settings, baseline=True, expected_gpu_hours=3.0)
     run = row["run"]
@@ -164,7 +164,7 @@ def test_launch_finalize_on_the_cluster(kube, cluster_campaign):
 
 
 def test_a_run_pending_past_the_limit_is_torn_down_as_unschedulable(kube, cluster_campaign):
-    from attune_core import runs
+    from attune.campaign import runs
     campaign, settings = cluster_campaign
     run = runs.launch(campaign, settings, baseline=True, expected_gpu_hours=3.0)["run"]
     kube.rayjobs[("ml-tuning", run)]["status"] = {"jobStatus": "PENDING", "jobDeploymentStatus": "Initializing"}
@@ -183,7 +183,7 @@ def test_resources_are_what_the_recipe_asks(backend):
 def test_a_profile_run_on_the_cluster_is_wrapped_and_its_traces_come_through_the_log_pod(kube, cluster_campaign):
     import dataclasses
 
-    from attune_core import runs
+    from attune.campaign import runs
     campaign, settings = cluster_campaign
     base = runs.launch(campaign, settings, baseline=True, expected_gpu_hours=3.0)["run"]
     with pytest.raises(InputError, match="ATTUNE_POD_SCRIPTS is not set"):
@@ -269,7 +269,7 @@ def test_launcher_chatter_at_the_end_of_the_log_is_not_progress(kube, backend, t
 def test_a_run_whose_log_stopped_is_torn_down_as_a_hang_and_charged_its_time(kube, cluster_campaign):
     import time
 
-    from attune_core import runs
+    from attune.campaign import runs
     campaign, settings = cluster_campaign
     run = runs.launch(campaign, settings, baseline=True, expected_gpu_hours=3.0)["run"]
     started = int(time.time()) - 2000
@@ -304,7 +304,7 @@ def test_teardown_keeps_the_rayjobs_times(kube, backend, tmp_path):
 
 
 def test_events_do_not_fail_a_run_that_completed(kube, cluster_campaign):
-    from attune_core import runs
+    from attune.campaign import runs
     campaign, settings = cluster_campaign
     run = runs.launch(campaign, settings, baseline=True, expected_gpu_hours=3.0)["run"]
     kube.events = [
@@ -323,7 +323,7 @@ def test_events_do_not_fail_a_run_that_completed(kube, cluster_campaign):
 def test_a_run_torn_down_before_finalize_is_charged_from_its_start(kube, cluster_campaign):
     import time
 
-    from attune_core import runs
+    from attune.campaign import runs
     campaign, settings = cluster_campaign
     run = runs.launch(campaign, settings, baseline=True, expected_gpu_hours=3.0)["run"]
     started = int(time.time()) - 300
@@ -350,7 +350,7 @@ def test_a_recipe_running_another_image_than_the_campaigns_is_refused(kube, back
 
 
 def test_a_failed_rayjobs_message_is_triaged_when_the_log_says_nothing(kube, cluster_campaign):
-    from attune_core import runs
+    from attune.campaign import runs
     campaign, settings = cluster_campaign
     run = runs.launch(campaign, settings, baseline=True, expected_gpu_hours=3.0)["run"]
     tail = (DATA / "logs" / "C_failures" / "flingbot11_ray_oom_exception.log").read_text()  # real Ray text
@@ -367,7 +367,7 @@ def test_a_failed_rayjobs_message_is_triaged_when_the_log_says_nothing(kube, clu
 
 
 def test_a_container_the_kernel_killed_for_memory_is_host_oom(kube, cluster_campaign):
-    from attune_core import runs
+    from attune.campaign import runs
     campaign, settings = cluster_campaign
     run = runs.launch(campaign, settings, baseline=True, expected_gpu_hours=3.0)["run"]
     kube.rayjobs[("ml-tuning", run)]["status"] = {"jobStatus": "FAILED", "jobDeploymentStatus": "Complete",
@@ -385,7 +385,7 @@ def test_a_container_the_kernel_killed_for_memory_is_host_oom(kube, cluster_camp
 
 
 def test_the_replay_reads_every_log_again_through_the_log_pod(kube, cluster_campaign):
-    from attune_core import replay, runs
+    from attune.campaign import replay, runs
     campaign, settings = cluster_campaign
     finished, failed = (runs.launch(campaign, settings, baseline=True, expected_gpu_hours=3.0)["run"] for _ in "ab")
     for run, state, steps in ((finished, "SUCCEEDED", 20), (failed, "FAILED", 3)):

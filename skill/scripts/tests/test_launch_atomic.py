@@ -17,10 +17,11 @@ from conftest import DATA
 from fake_kube import FakeKube, write_kubeconfig
 from factory import settings as make_settings
 
-from attune_core import campaign as campaign_mod
-from attune_core import cli, runs
-from attune_core import snapshot as snapshot_mod
-from attune_core.errors import CheckFailed, InputError
+from attune.campaign import ledger as campaign_mod
+from attune import cli
+from attune.campaign import runs
+from attune.campaign import snapshot as snapshot_mod
+from attune.core.errors import CheckFailed, InputError
 
 IMAGE = "registry.example.com/megatron:25.04"
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from attune_core.legality import NOT_MEGATRON_FLAGS, check
+from attune.core.legality import NOT_MEGATRON_FLAGS, check
 
 BASE = {"--tensor-model-parallel-size": "2", "--pipeline-model-parallel-size": "2", "--micro-batch-size": "1",
         "--global-batch-size": "128", "--num-layers": "32", "--use-distributed-optimizer": True,

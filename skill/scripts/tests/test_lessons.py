@@ -7,8 +7,9 @@ import json
 import pytest
 from factory import Builder
 
-from attune_core import cli, levers
-from attune_core.errors import EXIT_CHECK_FAILED, EXIT_OK
+from attune import cli
+from attune.core import levers
+from attune.core.errors import EXIT_CHECK_FAILED, EXIT_OK
 
 
 @pytest.fixture
@@ -42,7 +43,8 @@ def test_an_ungated_winner_must_be_gated_first_then_it_is_kept(built, capsys):
     built.gate("r004")
     before = (built.campaign.dir / "levers.md").read_text()
     assert lesson(built, "r004") == EXIT_OK
-    entry = json.loads(capsys.readouterr().out)["lesson"]
+    printed = json.loads(capsys.readouterr().out)
+    entry = printed["lesson"]
     after = (built.campaign.dir / "levers.md").read_text()
     assert after.startswith(before) and after.count("# Campaign lessons") - before.count("# Campaign lessons") == 1
     found = levers.parse_lessons(after)[-1]
@@ -52,8 +54,13 @@ def test_an_ungated_winner_must_be_gated_first_then_it_is_kept(built, capsys):
                                "needs +1.00% over the leader with 2 runs; gate pass")
     assert found["Verdict"] == "kept" and found["Lesson"] == "llama8b, 8 GPUs, TP2: as measured"
     assert levers.parse(after) == levers.parse(before)  # the catalog entries are untouched
-    note = built.campaign.ledger.rows()[-1]
-    assert note["kind"] == "note" and note["run"] == "r004" and note["text"].startswith("lesson: Runs: r004")
+    row = built.campaign.ledger.rows()[-1]  # the lesson as its own row: the fields, no prose to parse
+    assert {key: row[key] for key in ("kind", "run", "lever", "verdict", "text")} == {
+        "kind": "lesson", "run": "r004", "lever": "overlap-grad-reduce", "verdict": "kept",
+        "text": "llama8b, 8 GPUs, TP2: as measured"}
+    assert row["result"] == found["Result"] and row["gain"] == pytest.approx(1000.0 / 900.0 - 1)
+    assert {key: printed[key] for key in ("verdict", "gain", "result", "written")} == {
+        "verdict": "kept", "gain": row["gain"], "result": row["result"], "written": True}
     assert entry in after
     assert lesson(built, "r004") == 2  # one lesson per tested change
     assert "has a lesson already" in capsys.readouterr().err
@@ -70,6 +77,9 @@ def test_the_verdict_and_result_come_from_the_ledger(built, capsys, run, verdict
     assert lesson(built, run) == EXIT_OK
     found = levers.parse_lessons((built.campaign.dir / "levers.md").read_text())[-1]
     assert (found["Verdict"], found["Result"]) == (verdict, result)
+    row = built.campaign.ledger.rows()[-1]
+    assert (row["kind"], row["verdict"], row["result"]) == ("lesson", verdict, result)
+    assert (row["gain"] is None) == (run == "r008")
 
 
 def test_a_failed_gate_rejects_a_faster_change(built):

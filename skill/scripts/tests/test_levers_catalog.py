@@ -10,8 +10,8 @@ import yaml
 
 from conftest import REPO, SCRIPTS
 
-from attune_core import levers
-from profile_analyzer import diagnose
+from attune.core import levers
+from attune.profile_analyzer import diagnose
 
 TEXT = levers.CATALOG.read_text()
 ENTRIES = levers.parse(TEXT)

@@ -12,9 +12,10 @@ import pytest
 from conftest import DATA
 from factory import local_campaign, settings as make_settings, wait as factory_wait
 
-from attune_core import campaign as campaign_mod
-from attune_core import cli, ranking, runs
-from attune_core.errors import CheckFailed, InputError
+from attune.campaign import ledger as campaign_mod
+from attune import cli
+from attune.campaign import ranking, runs
+from attune.core.errors import CheckFailed, InputError
 
 RECIPE = (DATA / "recipes" / "local_fake_megatron.yaml").read_text()
 
@@ -243,7 +244,7 @@ def test_a_profile_run_records_real_traces_that_profile_reads(campaign, capsys):
 def test_every_launch_checks_the_rows_where_the_run_reads_them(tmp_path):
     np = pytest.importorskip("numpy")
     pytest.importorskip("pyarrow")
-    from data import rows as rows_mod
+    from attune.data import rows as rows_mod
 
     def write(first_token):
         ids = np.arange(first_token, first_token + 16, dtype=np.int32)

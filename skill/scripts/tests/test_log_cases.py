@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from conftest import DATA
 
-from attune_core import logparse, triage
-from attune_core.finalize import metrics_columns
-from attune_core.measure import score_run
+from attune.core import logparse, triage
+from attune.campaign.finalize import metrics_columns
+from attune.core.measure import score_run
 
 LOGS = DATA / "logs"
 

@@ -11,7 +11,7 @@ import math
 import pytest
 from conftest import DATA
 
-from attune_core import logparse, triage
+from attune.core import logparse, triage
 
 LOGS = DATA / "logs"
 
@@ -193,7 +193,7 @@ def test_a_failure_glued_to_an_iteration_line_gives_both():
 
 def test_every_failure_and_crash_word_is_found_by_the_prefilter():
     """A line is parsed only if it holds one of logparse.WORDS: each word a failure or crash needs must."""
-    from attune_core import logformats
+    from attune.core import logformats
     needed = [word for kind, words, _pattern in logformats.FAILURES for word in words
               if kind != "validation"] + list(logformats.CRASH_WORDS)
     for word in needed:
@@ -225,7 +225,7 @@ def test_the_source_line_under_a_frame_is_read_wherever_the_blocks_cut_the_log(m
 def test_no_field_a_step_line_prints_is_dropped(log):
     """Every ``name: value`` (or ``name=value`` in a bar) a real step line prints is somewhere in its step:
     under a known key, in ``losses`` or in ``fields``."""
-    from attune_core import logformats
+    from attune.core import logformats
     lines = log.read_text().split("\n")
     parsed = logparse.parse_file(log)
     assert parsed["steps"], log

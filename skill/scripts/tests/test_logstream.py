@@ -12,8 +12,9 @@ from conftest import DATA
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from attune_core import cli, logparse, triage
-from attune_core.finalize import metrics_columns
+from attune import cli
+from attune.core import logparse, triage
+from attune.campaign.finalize import metrics_columns
 
 LOGS = DATA / "logs"
 REAL = sorted(LOGS.glob("*/*.log"))

@@ -7,7 +7,7 @@ import math
 import pytest
 from factory import metrics
 
-from attune_core.measure import encode_float, score_run, to_float
+from attune.core.measure import encode_float, score_run, to_float
 
 
 def test_score_uses_the_median_step_time_of_the_window():
@@ -15,7 +15,7 @@ def test_score_uses_the_median_step_time_of_the_window():
     score = score_run("finished", metrics(steps, gbs=256, seq=4096, gpus=64))
     assert score.rankable and score.steps == 15
     sizes = {"global_batch_size": 256, "seq_length": 4096, "gpus": 64}
-    from attune_core import measure as m
+    from attune.core import measure as m
     assert m._score_clean_run(metrics(steps, gbs=256, seq=4096, gpus=64), sizes, (5, 19)) == score
     assert score.step_time_s == pytest.approx(1.070)
     assert score.tokens_per_s_per_gpu == pytest.approx(256 * 4096 / (1.070 * 64))
@@ -78,7 +78,7 @@ def test_non_finite_round_trip():
 from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from attune_core import measure  # noqa: E402
+from attune.core import measure  # noqa: E402
 
 values = st.one_of(st.floats(allow_nan=True, allow_infinity=True, width=32), st.integers(-2, 5000),
                    st.none(), st.sampled_from(["nan", "inf", "-inf", "x"]))

@@ -10,7 +10,7 @@ import pytest
 
 from conftest import DATA
 
-from attune_core import logparse, triage
+from attune.core import logparse, triage
 
 FOLDER = DATA / "megatron_cpu"
 CASES = sorted(path.name[:-len(".expected.json")] for path in FOLDER.glob("*.expected.json"))

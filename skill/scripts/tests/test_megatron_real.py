@@ -21,10 +21,11 @@ from factory import settings as make_settings, wait
 sys.path.insert(0, str(REPO / "harness"))
 import megatron_cpu  # noqa: E402
 
-from attune_core import campaign as campaign_mod  # noqa: E402
-from attune_core import cli, runs  # noqa: E402
-from attune_core.recipe import Recipe  # noqa: E402
-from correctness import gate as gate_mod  # noqa: E402
+from attune.campaign import ledger as campaign_mod  # noqa: E402
+from attune import cli
+from attune.campaign import runs  # noqa: E402
+from attune.core.recipe import Recipe  # noqa: E402
+from attune.correctness import gate as gate_mod  # noqa: E402
 
 pytestmark = pytest.mark.slow
 CORPUS = os.environ.get("ATTUNE_CORPUS_DIR") or str(REPO.parent / "shared" / "data")

@@ -26,9 +26,9 @@ pytest.importorskip("jinja2", reason="jinja2 is not installed (the data extra: p
 import numpy as np  # noqa: E402
 from hypothesis import given, strategies as st  # noqa: E402
 
-from attune_core.errors import InputError  # noqa: E402
+from attune.core.errors import InputError  # noqa: E402
 from conftest import SCRIPTS  # noqa: E402
-from data import megatron, rows as rows_mod  # noqa: E402
+from attune.data import megatron, rows as rows_mod  # noqa: E402
 from test_rows import FAST, SEQ, built, tok_dir  # noqa: E402,F401  (module fixtures: a real rows file)
 
 
@@ -244,7 +244,7 @@ def run(tmp_path, argv, env, as_file=False):
     full.update(env)
     if not as_file:
         full["PYTHONPATH"] = str(SCRIPTS)
-    lead = [str(SCRIPTS / "data" / "megatron.py")] if as_file else ["-m", "data.megatron"]
+    lead = [str(SCRIPTS / "data" / "megatron.py")] if as_file else ["-m", "attune.data.megatron"]
     return subprocess.run([sys.executable] + lead + [str(a) for a in argv], cwd=str(tmp_path), timeout=120,
                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True, env=full)
 

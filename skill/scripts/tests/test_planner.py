@@ -18,9 +18,9 @@ import pytest
 from conftest import SCRIPTS
 from hypothesis import HealthCheck, event, given, settings, strategies as st
 
-from attune_core import levers as levers_mod, workload
-from attune_core.recipe import diff
-from planner import policy, space
+from attune.core import levers as levers_mod, workload
+from attune.core.recipe import diff
+from attune.planner import policy, space
 
 LLAMA = SCRIPTS / "simulate" / "recipes" / "llama3_70b_h100x64.yaml"
 QWEN = SCRIPTS / "simulate" / "recipes" / "qwen3_30b_a3b_h100x16.yaml"
@@ -135,7 +135,7 @@ def test_a_lever_with_no_mechanism_on_the_platform_is_kept_out_saying_why():
 def test_an_argument_a_kept_change_removed_is_not_set_again_by_any_lever():
     # the real demo: recompute=none kept (three flags removed); putting recompute back, full by another method
     # or selective (another lever on the same flag), goes back on a measured change and cannot win on speed
-    from attune_core.recipe import Recipe
+    from attune.core.recipe import Recipe
     real = (SCRIPTS.parent.parent / "harness" / "recipes" / "gpt_tiny_cpu.yaml").read_text()
     flags = ("--recompute-granularity", "--recompute-method", "--recompute-num-layers")
     leader = Recipe(real, "leader.yaml").apply([{"op": "unset", "arg": flag} for flag in flags]).render()
@@ -151,7 +151,7 @@ def test_an_argument_a_kept_change_removed_is_not_set_again_by_any_lever():
 def test_apply_writes_what_candidate_new_writes(tmp_path):
     from factory import settings as make_settings
 
-    from attune_core import campaign as campaign_mod, candidates
+    from attune.campaign import ledger as campaign_mod, candidates
     baseline = tmp_path / "baseline.yaml"
     baseline.write_text(recipes()["llama"])
     settings_obj = make_settings(ATTUNE_BASELINE_YAML=str(baseline), ATTUNE_RUN_PREFIX="sp-", AUTOTUNE_GPUH_BUDGET="",
@@ -203,7 +203,7 @@ def test_the_baseline_comes_first_and_an_unusable_band_stops():
     assert "the measurement, not the recipe" in unusable.reason and "the measurement, not the recipe" not in \
         wider.reason, wider  # (it stops: no
     # lever here is predicted to clear so wide a band, which is another reason)
-    from attune_core import settings as settings_mod
+    from attune.core import settings as settings_mod
     spec = next(spec for spec in settings_mod.SPECS if spec.env == "ATTUNE_PLANNER_MAX_BAND")
     assert float(spec.default) == policy.Config().unusable_band
 
@@ -453,7 +453,7 @@ def test_modelled_means_the_projection_reads_the_levers_flags():
     """(d) Modelled-ness is whether the projection reads the lever's flags (projection.config.READS), not whether
     its prediction differs: selective recompute of the MLP on Qwen3-30B is predicted equal and still modelled;
     an environment lever is never modelled."""
-    from projection.config import READS, READS_ENV
+    from attune.projection.config import READS, READS_ENV
     text = recipes()["qwen"]
     s = state(text)
     lead = s.leader_prediction
@@ -475,7 +475,7 @@ def test_modelled_means_the_projection_reads_the_levers_flags():
 
 def test_every_flag_the_projection_parses_is_declared_as_read():
     import re
-    from projection import config
+    from attune.projection import config
     source = (SCRIPTS / "projection" / "config.py").read_text()
     assert set(re.findall(r'"(--[a-z0-9-]+)"', source)) - {"--flag"} <= config.READS
     assert "--ddp-bucket-size" not in config.READS and not config.READS_ENV
@@ -514,7 +514,7 @@ def test_leave_one_out_is_measured_whatever_the_prediction_and_is_priced_at_its_
 def test_the_error_constants_are_the_projections_own():
     """(f) Config's error medians are params.json's leave-one-out medians (dense vs MoE by --num-experts)."""
     import statistics
-    from projection import api as proj_api, dataset
+    from attune.projection import api as proj_api, dataset
     rows = {row.row_id: row for row in dataset.load(superseded=True)[0]}
     table = proj_api.load_params()["loo"]["table"]
     for moe, value in ((False, policy.Config().error_median_dense), (True, policy.Config().error_median_moe)):
@@ -550,7 +550,7 @@ PROGRESS_RE = re.compile(r" utc=\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ elapsed=\d+:\d\d
 
 
 def test_progress_lines_end_with_utc_elapsed_and_the_budgets_eta():
-    from planner import agent, progress
+    from attune.planner import agent, progress
 
     ticks = iter([100.0, 110.0, 110.0, 130.0, 200.0])  # start, a line, two status calls, a line
     clock = progress.Clock(monotonic=lambda: next(ticks),

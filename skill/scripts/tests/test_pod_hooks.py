@@ -18,8 +18,8 @@ import pytest
 
 from conftest import SCRIPTS
 
-from pod_hooks import wrap
-from pod_hooks.hooks import HOOKS, Hook
+from attune.pod_hooks import wrap
+from attune.pod_hooks.hooks import HOOKS, Hook
 
 WRAP = SCRIPTS / "pod_hooks" / "wrap.py"
 TORCH = importlib.util.find_spec("torch") is not None
@@ -49,8 +49,8 @@ JOB = textwrap.dedent('''\
               " capacity of 79.11 GiB of which 1.02 GiB is free.", file=sys.stderr, flush=True)
         sys.exit(1)
     if mode == "helpers":
-        from pod_hooks import memory
-        from pod_hooks.profiler import maybe_profile
+        from attune.pod_hooks import memory
+        from attune.pod_hooks.profiler import maybe_profile
         memory.install()
         for step in range(6):
             with maybe_profile(step):
@@ -118,7 +118,7 @@ def test_no_hooks_passes_output_and_exit_code_through(tmp_path, job, mode, code)
 
 
 def test_module_form_runs_the_same(tmp_path, job):
-    done = subprocess.run([sys.executable, "-m", "pod_hooks.wrap", "--hooks", "nccl_debug", "--out",
+    done = subprocess.run([sys.executable, "-m", "attune.pod_hooks.wrap", "--hooks", "nccl_debug", "--out",
                            str(tmp_path / "out"), "--", sys.executable, str(job), "ok"], cwd=str(SCRIPTS),
                           stdout=subprocess.PIPE, universal_newlines=True, env=_env(), timeout=60)
     assert done.returncode == 0 and child_env(done.stdout)["NCCL_DEBUG"] == "INFO"
@@ -344,7 +344,7 @@ def test_profiler_keeps_a_jobs_own_tensorboard_dir(tmp_path):
 
 TORCH_JOB = textwrap.dedent('''\
     import torch
-    from pod_hooks.profiler import maybe_profile
+    from attune.pod_hooks.profiler import maybe_profile
     weight = torch.randn(64, 64)
     for step in range(6):
         with maybe_profile(step):
@@ -409,7 +409,7 @@ def _fake_schedule(wait, warmup, active, repeat):
 def test_maybe_profile_follows_megatrons_schedule_on_the_jobs_step_numbers(tmp_path, monkeypatch):
     import types
 
-    from pod_hooks import profiler, status
+    from attune.pod_hooks import profiler, helper_status as status
 
     def handler(directory, worker_name, use_gzip):
         return lambda prof: Path(directory, "%s.1.pt.trace.json.gz" % worker_name).write_text("{}")
@@ -443,5 +443,5 @@ def test_readme_documents_every_hook_and_argument():
             assert "`%s.%s`" % (name, key) in README, (name, key)
     for text in ("pod_hooks.json", "gpu_facts.json", "maybe_profile", "memory.install()", "ATTUNE_PROFILE_STEPS",
                  "ATTUNE_PROFILE_DIR", "ATTUNE_MEMORY_HISTORY", "candidate.json", "never kills the run",
-                 "python3 -m pod_hooks.wrap"):
+                 "python3 -m attune.pod_hooks.wrap"):
         assert text in README, text

@@ -12,10 +12,10 @@ import pytest
 import yaml
 from hypothesis import HealthCheck, assume, given, settings, strategies as st
 
-from attune_core.errors import InputError
+from attune.core.errors import InputError
 from conftest import DATA
-from projection import api, calibrate, config, dataset, hardware, memory, model
-from projection.api import ConfigError, project
+from attune.projection import api, calibrate, config, dataset, hardware, memory, model
+from attune.projection.api import ConfigError, project
 
 CASES = yaml.safe_load((DATA / "projection" / "memory_cases.yaml").read_text())["cases"]
 FAST = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])

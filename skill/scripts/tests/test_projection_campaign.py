@@ -10,7 +10,8 @@ import pytest
 from conftest import SCRIPTS
 from factory import local_campaign, wait
 
-from attune_core import cli, runs
+from attune import cli
+from attune.campaign import runs
 
 LLAMA = SCRIPTS / "simulate" / "recipes" / "llama3_70b_h100x64.yaml"
 SIM = SCRIPTS / "simulate" / "sim_megatron.py"

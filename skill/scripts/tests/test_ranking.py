@@ -13,9 +13,10 @@ from factory import Builder, jittered, settings as make_settings
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from attune_core import ranking as ranking_mod, stats
-from attune_core.chainlog import ENVELOPE, ChainLog
-from attune_core.schema import validate_ledger_row
+from attune.campaign import ranking as ranking_mod
+from attune.core import stats
+from attune.core.chainlog import ENVELOPE, ChainLog
+from attune.core.schema import validate_ledger_row
 
 
 def rank(builder, **kwargs):
@@ -291,7 +292,7 @@ def test_profile_runs_are_listed_but_never_scored(tmp_path):
 
 
 def test_runs_launched_through_the_profiler_hook_are_never_scored(tmp_path):
-    from attune_core import snapshot
+    from attune.campaign import snapshot
     b = Builder(tmp_path)
     baseline(b)
     hooks = [{"name": "profiler", "args": {"start": "10", "end": "12"}}]

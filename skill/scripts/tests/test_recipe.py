@@ -10,9 +10,9 @@ from conftest import DATA
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from attune_core.command import Command, split_words
-from attune_core.errors import InputError
-from attune_core.recipe import Recipe, diff
+from attune.core.command import Command, split_words
+from attune.core.errors import InputError
+from attune.core.recipe import Recipe, diff
 
 TEXT = (DATA / "recipes" / "megatron_rayjob.yaml").read_text()
 
@@ -150,7 +150,7 @@ def test_wrap_puts_words_before_the_training_command_and_keeps_the_rest(entry, e
 
 
 def test_pod_hook_arguments_parse_with_commas_in_values_and_are_checked():
-    from attune_core import podhooks
+    from attune.campaign import podhooks
     assert podhooks.parse(["profiler:start=10,end=12,ranks=0,8", "gpu_facts"]) == [
         {"name": "profiler", "args": {"start": "10", "end": "12", "ranks": "0,8"}}, {"name": "gpu_facts"}]
     for bad, message in (("profiler:8", "is not KEY=VALUE"), ("profiler:depth=2", "profiler takes dir, end"),

@@ -12,7 +12,7 @@ import pytest
 import yaml
 from conftest import DATA, REPO
 
-from attune_core.recipe import Recipe
+from attune.core.recipe import Recipe
 
 jsonschema = pytest.importorskip("jsonschema")  # in the test extra
 
@@ -59,7 +59,7 @@ def test_the_schema_catches_a_broken_recipe(validator):
 def test_the_submitted_rayjob_validates(validator):
     from kubernetes import client
     from factory import settings as make_settings
-    from attune_core.kuberay import KubeRayBackend
+    from attune.campaign.kuberay import KubeRayBackend
     settings = make_settings(ATTUNE_BACKEND="kuberay", ATTUNE_KUBE_CONTEXT="c", ATTUNE_NAMESPACE="ml",
                              ATTUNE_IMAGE="registry.example.com/megatron:25.04", ATTUNE_SHARED_DIR="/s", AUTOTUNE_LOG_POD="p")
     body = KubeRayBackend(settings, api_client=client.ApiClient()).body("test-fixture-r001", Recipe(TEXT))

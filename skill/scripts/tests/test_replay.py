@@ -13,10 +13,11 @@ import pytest
 from conftest import DATA
 from factory import local_campaign, wait
 
-from attune_core import cli, replay, runs
-from attune_core.errors import EXIT_CHECK_FAILED, EXIT_INTEGRITY, EXIT_OK
-from attune_core.schema import ENVELOPE
-from correctness import gate
+from attune import cli
+from attune.campaign import replay, runs
+from attune.core.errors import EXIT_CHECK_FAILED, EXIT_INTEGRITY, EXIT_OK
+from attune.core.schema import ENVELOPE
+from attune.correctness import gate
 
 RECIPE = (DATA / "recipes" / "local_fake_megatron.yaml").read_text()
 

@@ -10,9 +10,9 @@ import pytest
 from conftest import DATA
 from factory import Builder
 
-from attune_core import cli
-from attune_core import ranking as ranking_mod
-from attune_core.results import describe_change, one_line
+from attune import cli
+from attune.campaign import ranking as ranking_mod
+from attune.campaign.results import describe_change, one_line
 
 
 def copy_fixture(tmp_path, name="campaign_basic"):
@@ -117,7 +117,7 @@ def test_report_leaves_a_past_tuning_project_summary(tmp_path):
 
     from conftest import DATA
 
-    from attune_core import cli
+    from attune import cli
 
     directory = tmp_path / "campaign"
     shutil.copytree(DATA / "campaign_basic", directory)

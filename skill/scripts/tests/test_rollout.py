@@ -27,9 +27,10 @@ import pyarrow as pa  # noqa: E402
 import pyarrow.parquet as pq  # noqa: E402
 from hypothesis import HealthCheck, given, settings, strategies as st  # noqa: E402
 
-from attune_core import cli  # noqa: E402
-from attune_core.errors import InputError  # noqa: E402
-from data import check as check_mod, preship as preship_mod, rollout, rows as rows_mod  # noqa: E402
+from attune import cli  # noqa: E402
+from attune.core.errors import InputError  # noqa: E402
+from attune.data import check as check_mod, rollout, rows as rows_mod
+from attune.campaign import rows_check as preship_mod  # noqa: E402
 
 VOCAB = 500
 STATUSES = ("completed", "truncated", "aborted", "failed", "pending")
@@ -474,7 +475,7 @@ def test_cli_from_slime_to_slime_sha_and_check(dumps, built, tmp_path, capsys):
 def test_the_pre_ship_digest_of_a_dump(built, dumped, monkeypatch, tmp_path):
     from factory import settings as make_settings
 
-    from attune_core import backends
+    from attune.campaign import backends
 
     out, summary = dumped
     manifest = out / "attune_dump.json"

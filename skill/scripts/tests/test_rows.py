@@ -18,9 +18,9 @@ import numpy as np  # noqa: E402
 import pyarrow.parquet as pq  # noqa: E402
 from hypothesis import HealthCheck, given, settings, strategies as st  # noqa: E402
 
-from attune_core import cli  # noqa: E402
-from attune_core.errors import InputError  # noqa: E402
-from data import check as check_mod, pack, rows as rows_mod, tokenize  # noqa: E402
+from attune import cli  # noqa: E402
+from attune.core.errors import InputError  # noqa: E402
+from attune.data import check as check_mod, pack, rows as rows_mod, tokenize  # noqa: E402
 
 WORDS = ("alpha", "beta", "gamma", "delta", "token", "model", "train", "row", "pack", "the", "a", "of", "and",
          "ship", "loss", "mask")
@@ -331,8 +331,8 @@ def test_the_rows_pre_ship_check_recomputes_the_digest(built, tmp_path):
     """A campaign that declared rows ships only while they still hash to ATTUNE_ROWS_SHA256."""
     from factory import Builder, settings
 
-    from attune_core import preship, snapshot
-    from data.rows import rows_sha256
+    from attune.campaign import preship, snapshot
+    from attune.data.rows import rows_sha256
 
     path = built[0] / "rows.parquet"
     digest = rows_sha256(path)[0]

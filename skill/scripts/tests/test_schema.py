@@ -7,7 +7,7 @@ import re
 
 from conftest import DATA, REPO
 
-from attune_core import schema
+from attune.core import schema
 
 DOC = REPO / "skill" / "references" / "ledger_schema.md"
 
@@ -70,7 +70,7 @@ def test_metrics_fields_are_documented():
 def test_metrics_columns_are_checked_on_append(tmp_path):
     import pytest
     from factory import Builder, metrics
-    from attune_core.errors import InputError
+    from attune.core.errors import InputError
     b = Builder(tmp_path)
     b.launch("r001", "baseline", "base")
     bad = metrics(1000.0)

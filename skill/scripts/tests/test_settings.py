@@ -9,8 +9,8 @@ import subprocess
 import pytest
 from conftest import REPO
 
-from attune_core import settings as s
-from attune_core.errors import SettingsError
+from attune.core import settings as s
+from attune.core.errors import SettingsError
 
 GOOD = {
     "ATTUNE_RUN_PREFIX": "alice-llama-",

@@ -17,13 +17,15 @@ import pytest
 from conftest import SCRIPTS
 from factory import local_campaign, wait
 
-from attune_core import cli, legality, logparse, ranking, runs, triage, workload
-from attune_core.recipe import Recipe
-from correctness import gate
-from correctness.rules import Rules
-from projection import api
-from simulate import fit_golden, model
-from simulate import sim_megatron as sim
+from attune import cli
+from attune.core import legality, logparse, triage, workload
+from attune.campaign import ranking, runs
+from attune.core.recipe import Recipe
+from attune.correctness import gate
+from attune.correctness.rules import Rules
+from attune.projection import api
+from attune.simulate import fit_golden, noise as model
+from attune.simulate import sim_megatron as sim
 
 SIM = SCRIPTS / "simulate" / "sim_megatron.py"
 RECIPES = SCRIPTS / "simulate" / "recipes"
@@ -129,7 +131,7 @@ def test_runs_as_a_file_and_as_a_module_with_identical_output(tmp_path):
     env.update(made.env(), ATTUNE_SIM_SEED="7", ATTUNE_SIM_SPEED="0")
     as_file = subprocess.run([sys.executable, str(SIM)] + argv_of(made), env=env, capture_output=True, text=True,
                              timeout=60, cwd=str(tmp_path))
-    as_module = subprocess.run([sys.executable, "-m", "simulate.sim_megatron"] + argv_of(made), env=env,
+    as_module = subprocess.run([sys.executable, "-m", "attune.simulate.sim_megatron"] + argv_of(made), env=env,
                                capture_output=True, text=True, timeout=60, cwd=str(SCRIPTS))
     assert as_file.returncode == 0 and as_module.returncode == 0, as_file.stderr + as_module.stderr
     assert as_file.stdout == as_module.stdout and "iteration       20/      20" in as_file.stdout

@@ -10,7 +10,7 @@ import yaml
 
 from conftest import REPO, SCRIPTS
 
-from attune_core import cli
+from attune import cli
 
 SKILL_DIR = SCRIPTS.parent
 SKILL_MD = SKILL_DIR / "SKILL.md"

@@ -1,4 +1,4 @@
-"""Student's t for whole degrees of freedom (attune_core.stats) against SciPy's implementation."""
+"""Student's t for whole degrees of freedom (attune.core.stats) against SciPy's implementation."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from attune_core import stats
+from attune.core import stats
 
 special = pytest.importorskip("scipy.special")
 

@@ -7,9 +7,9 @@ from conftest import DATA
 from fake_kube import FakeKube
 from factory import settings as make_settings
 
-from attune_core import topology
-from attune_core.kuberay import KubeRayBackend
-from attune_core.recipe import Recipe
+from attune.core import topology
+from attune.campaign.kuberay import KubeRayBackend
+from attune.core.recipe import Recipe
 
 TEXT = (DATA / "recipes" / "megatron_rayjob.yaml").read_text()
 # NCCL_DEBUG=INFO lines written here in NCCL's format (constructed for the test, not a captured log)
@@ -79,7 +79,8 @@ def test_every_section_is_documented():
 def test_a_local_run_with_no_log_has_no_log_facts(tmp_path, capsys):
     from factory import Builder
 
-    from attune_core import cli, runs
+    from attune import cli
+    from attune.campaign import runs
     b = Builder(tmp_path / "c")
     b.launch("r001", "baseline", "base", gpus=16)
     (b.campaign.run_dir("r001") / "recipe.yaml").write_text(TEXT)  # launched, never wrote a log

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from conftest import DATA, REPO
 
-from attune_core import logparse, triage
+from attune.core import logparse, triage
 
 LOGS = DATA / "logs"
 
@@ -142,7 +142,7 @@ def test_events_do_not_fail_a_run_that_exited_0_with_its_iterations():
 
 
 def test_pod_hook_lines_are_never_failure_evidence():
-    from pod_hooks.status import PREFIX
+    from attune.pod_hooks.helper_status import PREFIX
     hook_lines = ["%s profiler failed: RuntimeError: no trace written" % PREFIX,
                   "%s oom_snapshot failed: AssertionError: must be set" % PREFIX,
                   "%s memory warning: torch.OutOfMemoryError: CUDA out of memory (a hook's own)" % PREFIX,
@@ -179,7 +179,7 @@ def test_an_oomkilled_event_is_host_memory():
 
 
 def test_the_local_backends_memory_limit_is_host_memory():
-    from attune_core.localrun import MARK
+    from attune.campaign.localrun import MARK
     line = ("%sout of memory: the job's processes hold 8123 MiB, over the 8000 MiB a local run may hold "
             "(ATTUNE_LOCAL_MEMORY_MB); killing them" % MARK)
     found = classify_lines(completed_log()[:8] + [line], exit_code=-9)
@@ -266,7 +266,7 @@ def _advice():
 
 def _resolve(name, entries):
     """The catalog entry a backticked name belongs to, "setting" or "recipe", or None."""
-    from attune_core import settings
+    from attune.core import settings
     for entry in entries:
         if name == entry["id"] or name in entry["flags"] or name in entry["env"]:
             return entry
@@ -276,7 +276,7 @@ def _resolve(name, entries):
 
 
 def test_every_class_advice_names_only_catalog_levers_settings_or_recipe_fields():
-    from attune_core import levers
+    from attune.core import levers
     entries = levers.parse(levers.CATALOG.read_text())
     for where, text in _advice():
         named = set(re.findall(r"`([^`]+)`", text))
@@ -288,7 +288,7 @@ def test_every_class_advice_names_only_catalog_levers_settings_or_recipe_fields(
 
 
 def test_host_memory_advice_names_only_levers_that_hold_host_memory():
-    from attune_core import levers
+    from attune.core import levers
     entries = levers.parse(levers.CATALOG.read_text())
     named = [_resolve(name, entries) for name in re.findall(r"`([^`]+)`", triage.MEMORY["host"][1])]
     lever_entries = [entry for entry in named if isinstance(entry, dict)]

@@ -14,8 +14,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_ranking import _fingerprint, baseline, campaigns
 
-from attune_core import cli, ranking, snapshot, status, viewcache
-from attune_core.campaign import Campaign
+from attune import cli
+from attune.campaign import ranking, runview, snapshot, status, viewcache
+from attune.campaign.ledger import Campaign
 
 
 def fixture_copy(tmp_path):
@@ -152,7 +153,7 @@ def test_a_cached_prefix_plus_the_rows_after_it_ranks_like_every_row(plan, seed,
         rows = b.campaign.ledger.rows()
         whole = ranking.build(rows)
         split = data.draw(st.integers(1, len(rows)))
-        runs, stops, warnings = ranking.merge(rows[:split])
+        runs, stops, warnings = runview.merge(rows[:split])
         assert warnings == []
         data_bytes = b.campaign.ledger.read_bytes()
         size = sum(len(line) + 1 for line in data_bytes.split(b"\n")[:split])
@@ -160,7 +161,7 @@ def test_a_cached_prefix_plus_the_rows_after_it_ranks_like_every_row(plan, seed,
                               rows[0], [], stops, list(runs.values()), (5, 19))
         cached = viewcache.load(b.campaign.dir, data_bytes, (5, 19))
         assert cached is not None and cached["count"] == split
-        runs, more_stops, warnings = ranking.merge(rows[split:], runs=cached["runs"])
+        runs, more_stops, warnings = runview.merge(rows[split:], runs=cached["runs"])
         joined = ranking.assemble(runs, cached["stops"] + more_stops, warnings)
         assert _fingerprint(joined) == _fingerprint(whole)
         assert joined.runs == whole.runs

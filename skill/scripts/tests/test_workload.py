@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from conftest import DATA
 
-from attune_core import workload
-from attune_core.recipe import Recipe
+from attune.core import workload
+from attune.core.recipe import Recipe
 
 TEXT = (DATA / "recipes" / "megatron_rayjob.yaml").read_text()
 

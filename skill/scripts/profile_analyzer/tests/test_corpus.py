@@ -79,7 +79,7 @@ def test_every_corpus_trace_has_a_hand_written_expectation():
 def test_every_idle_microsecond_is_attributed(name):
     """The causes add up to the idle time of the span (within 0.1 point of it), and that idle time, which counts
     every GPU activity inside the span, is never more than HTA's, which counts the kept window's only."""
-    from profile_analyzer import profile
+    from attune.profile_analyzer import profile
 
     result = profile.run([_folder(name)])
     for rank in result["ranks"]:
@@ -91,7 +91,7 @@ def test_every_idle_microsecond_is_attributed(name):
 
 @pytest.mark.parametrize("name", FOLDERS)
 def test_the_expected_bottleneck_comes_first_and_nothing_ruled_out_is_claimed(name):
-    from profile_analyzer import profile
+    from attune.profile_analyzer import profile
 
     expected = EXPECTED_DIAGNOSES[name]
     diagnosis = profile.run([_folder(name)])["diagnosis"]

@@ -9,8 +9,8 @@ import pytest
 from analyzer_paths import TRACES
 from synth import Trace
 
-from attune_core import cli
-from profile_analyzer import diff, profile
+from attune import cli
+from attune.profile_analyzer import diff, profile
 
 AR = "ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevKernelArgsStorage<4096ul>)"
 

@@ -6,8 +6,8 @@ import gzip
 
 from synth import planted
 
-from profile_analyzer import profile
-from profile_analyzer.reader import TraceReader
+from attune.profile_analyzer import profile
+from attune.profile_analyzer.reader import TraceReader
 
 
 def events(path, chunk=1 << 20):

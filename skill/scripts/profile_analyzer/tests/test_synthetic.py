@@ -8,8 +8,8 @@ import pytest
 from analyzer_paths import REPO
 from synth import Trace, planted
 
-from attune_core import cli
-from profile_analyzer import profile
+from attune import cli
+from attune.profile_analyzer import profile
 
 SPAN = 1502.0  # first kept activity starts at 100, the last kept one ends at 1602
 

@@ -23,7 +23,7 @@ if mode == "torch":
     import torch
 
     try:
-        from pod_hooks.profiler import maybe_profile
+        from attune.pod_hooks.profiler import maybe_profile
     except ImportError:
         def maybe_profile(step):
             return contextlib.nullcontext()

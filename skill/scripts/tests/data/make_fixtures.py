@@ -17,12 +17,12 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent.parent))
 sys.path.insert(0, str(HERE.parent))
 
-from attune_core import cli  # noqa: E402
+from attune import cli  # noqa: E402
 from factory import Builder, jittered  # noqa: E402
 
 SOURCE = """# campaign_basic: a SYNTHETIC campaign ledger
 
-Written by `make_fixtures.py` through the real `attune_core` library. Every number in it is
+Written by `make_fixtures.py` through the real `attune` library. Every number in it is
 synthetic test data chosen to exercise ranking (baseline repeats, a confirmed and gated leader, a
 failed run, a NaN loss, a run within the band, an unconfirmed faster candidate, a run in flight).
 None of it was measured on hardware. `expected_RESULTS.md` is what `attune rank --no-chart`

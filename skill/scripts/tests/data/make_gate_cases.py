@@ -21,7 +21,7 @@ sys.path.insert(0, str(HERE.parent))
 
 from gate_factory import arg, curve, write_run  # noqa: E402
 
-from correctness.gate import run_gate  # noqa: E402
+from attune.correctness.gate import run_gate  # noqa: E402
 
 ROOT = HERE / "gate_cases"
 BASE = curve()

@@ -21,7 +21,7 @@ sys.path.insert(0, str(HERE.parent))
 
 from analyzer_paths import TRACES  # noqa: E402
 
-from profile_analyzer import profile  # noqa: E402
+from attune.profile_analyzer import profile  # noqa: E402
 
 
 def folders() -> list:

@@ -40,7 +40,7 @@ sys.path.insert(0, str(REPO / "skill" / "scripts" / "tests"))
 sys.path.insert(0, str(REPO / "harness"))
 
 import megatron_cpu  # noqa: E402
-from attune_core.recipe import Recipe  # noqa: E402
+from attune.core.recipe import Recipe  # noqa: E402
 
 WRAP = REPO / "skill" / "scripts" / "pod_hooks" / "wrap.py"
 SMALLER = [{"op": "set", "arg": flag, "value": value} for flag, value in (

@@ -1,0 +1,291 @@
+"""Backends run a recipe somewhere behind one interface: submit, status, logs (``log_path``),
+teardown, resources, and the scheduler's ``events`` and ``cluster_facts`` for triage and topology.
+
+``BACKENDS`` is a plain registry (an unknown name lists the valid ones). ``local`` runs the
+entrypoint as a process group on this host, for one-machine users and the demo. The KubeRay
+backend registers here the same way.
+"""
+
+from __future__ import annotations
+
+import calendar
+import dataclasses
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Optional
+
+from attune.core.errors import InputError
+from attune.core.recipe import Recipe
+
+LOCALRUN = Path(__file__).resolve().parent / "localrun.py"
+
+
+@dataclasses.dataclass(frozen=True)
+class Status:
+    state: str  # pending, running, succeeded, failed, lost (ended without a record), torn_down
+    exit_code: Optional[int] = None
+    started: Optional[float] = None
+    ended: Optional[float] = None
+    seconds_without_progress: Optional[float] = None
+    # what the backend says about an ended job, for triage (a RayJob's status.message, which holds the tail of
+    # the driver's log when the job failed); not part of ``as_dict``: it can be 20,000 characters of log
+    message: Optional[str] = dataclasses.field(default=None, repr=False)
+
+    @property
+    def done(self) -> bool:
+        return self.state in ("succeeded", "failed", "lost", "torn_down")
+
+    def as_dict(self) -> dict:
+        out = dataclasses.asdict(self)
+        del out["message"]
+        out["done"] = self.done
+        return out
+
+
+class LocalBackend(object):
+    """A run is ``localrun.py`` as a session leader, with the training command in its group."""
+
+    name = "local"
+
+    def __init__(self, settings=None):
+        self.settings = settings
+
+    def check(self, recipe: Recipe) -> None:
+        """What this backend refuses in a recipe, before anything is written: nothing here."""
+
+    def submit(self, run: str, recipe: Recipe, run_dir: Path) -> None:
+        if (run_dir / "local.json").exists():
+            raise InputError("run %s was submitted already (%s exists)" % (run, run_dir / "local.json"))
+        spec = {"command": recipe.command.text, "env": recipe.env(), "cwd": str(run_dir),
+                "memory_limit_mb": memory_limit_mb(self.settings)}
+        (run_dir / "local.json").write_text(json.dumps(spec, indent=2))
+        proc = subprocess.Popen([sys.executable, str(LOCALRUN), str(run_dir)], start_new_session=True,
+                                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        (run_dir / "pid").write_text(str(proc.pid))
+
+    def log_path(self, run_dir: Path) -> Path:
+        return run_dir / "log.txt"
+
+    def events(self, run: str) -> list:
+        """A local run has no scheduler events."""
+        return []
+
+    @staticmethod
+    def resources(recipe: Recipe) -> dict:
+        """What a run of ``recipe`` holds: its GPUs, nodes and GPUs per node, as the recipe asks."""
+        from attune.core.topology import requested
+        return requested(recipe)
+
+    def cluster_facts(self, run: str) -> dict:
+        """A local run has no cluster to ask about its nodes."""
+        return {}
+
+    def status(self, run_dir: Path) -> Status:
+        exit_file, pid_file = run_dir / "exit.json", run_dir / "pid"
+        if exit_file.exists():
+            data = json.loads(exit_file.read_text())
+            return Status("succeeded" if data["exit_code"] == 0 else "failed", data["exit_code"],
+                          data["started"], data["ended"])
+        torn = run_dir / "teardown.json"
+        started = self._started(run_dir)
+        if torn.exists():
+            return Status("torn_down", None, started, json.loads(torn.read_text())["ended"])
+        if not pid_file.exists():
+            return Status("pending")
+        pid = int(pid_file.read_text())
+        log = self.log_path(run_dir)
+        quiet = _seconds_without_progress(run_dir, log, started) if log.exists() else None
+        if _alive(pid):
+            return Status("running" if started else "pending", None, started, None, quiet)
+        ended = log.stat().st_mtime if log.exists() else time.time()
+        return Status("lost", None, started, ended)
+
+    @staticmethod
+    def _started(run_dir: Path) -> Optional[float]:
+        path = run_dir / "started.json"
+        return json.loads(path.read_text())["started"] if path.exists() else None
+
+    def teardown(self, run_dir: Path, grace_s: float = 10.0) -> Status:
+        """Stop the run's whole process group (TERM, then KILL after ``grace_s``) and confirm it is gone."""
+        before = self.status(run_dir)
+        if before.done:
+            return before
+        pid = int((run_dir / "pid").read_text())
+        for sig, wait in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 5.0)):
+            try:
+                os.killpg(pid, sig)
+            except ProcessLookupError:
+                break
+            deadline = time.time() + wait
+            while time.time() < deadline and _group_alive(pid):
+                time.sleep(0.05)
+            if not _group_alive(pid):
+                break
+        if _group_alive(pid):
+            raise RuntimeError("run in %s: process group %d survived SIGKILL" % (run_dir, pid))
+        (run_dir / "teardown.json").write_text(json.dumps({"ended": time.time()}))
+        return self.status(run_dir)
+
+
+def memory_limit_mb(settings=None) -> Optional[float]:
+    """The memory a local run's processes may hold together (MiB): ``ATTUNE_LOCAL_MEMORY_MB``, else 85% of
+    this host's memory (``/proc/meminfo``), else no limit (0: none)."""
+    value = getattr(settings, "local_memory_mb", None) if settings is not None else None
+    if value is not None:
+        return float(value) or None
+    try:
+        with open("/proc/meminfo") as handle:
+            for line in handle:
+                if line.startswith("MemTotal:"):
+                    return round(0.85 * int(line.split()[1]) / 1024.0)
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+# what a launcher prints on its own while the job makes no progress: torch elastic's rendezvous keep-alive warnings
+_CHATTER = re.compile(rb"torch/distributed/elastic/rendezvous/|keep-alive heartbeat")
+
+
+# the time stamp torch's (glog-style) warnings start with: W1202 02:43:23.009000 (local time, no year)
+_GLOG_TIME = re.compile(rb"^\[?[IWEF](\d\d)(\d\d) (\d\d):(\d\d):(\d\d)(\.\d+)?\s")
+
+
+def _chatter_time(line: bytes, now: float, utc_offset_s: Optional[float] = None) -> Optional[float]:
+    """When a launcher line was printed, from its own time stamp, or None when it has none. The stamp is local
+    time: this host's (``utc_offset_s`` None) or that of a clock ``utc_offset_s`` seconds east of UTC; the
+    year is the one that puts it at or before ``now``."""
+    match = _GLOG_TIME.match(line)
+    if not match:
+        return None
+    month, day, hour, minute, second = (int(group) for group in match.groups()[:5])
+    fraction = float(match.group(6) or 0.0)
+    if utc_offset_s is None:
+        year = time.localtime(now).tm_year
+    else:
+        year = time.gmtime(now + utc_offset_s).tm_year
+    for candidate in (year, year - 1):  # a stamp from late December read in January
+        fields = (candidate, month, day, hour, minute, second, 0, 0, -1)
+        try:
+            stamp = (time.mktime(fields) if utc_offset_s is None else calendar.timegm(fields) - utc_offset_s)
+        except (OverflowError, ValueError):
+            return None
+        if stamp <= now + 60.0:
+            return stamp + fraction
+    return None
+
+
+def quiet_from_tail(tail: bytes, mtime: float, now: float, utc_offset_s: Optional[float] = None,
+                    cut: bool = False) -> float:
+    """Seconds without progress from the end of a log (``tail``; ``cut``: it starts inside a line), the log's
+    modification time and the clock ``now`` (both of one host). A last line of the job's own was written at
+    ``mtime``; one followed by launcher chatter, no later than the first chatter line's own stamp; where the
+    whole tail is chatter, the job's last line came before the first one. The stamps are trusted only when the
+    last line's stamp agrees with ``mtime`` (within 2 minutes: the same clock and zone). Otherwise, or without
+    a stamp: the log's age (which chatter keeps young: a hang is then seen only when the launcher goes quiet
+    too)."""
+    lines = [line for line in tail.split(b"\n") if line.strip()]
+    if cut and lines:
+        lines = lines[1:]
+    own = [not _CHATTER.search(line) for line in lines]
+    if not lines or own[-1]:
+        return max(0.0, now - mtime)
+    mine = [index for index, flag in enumerate(own) if flag]
+    stamped = _chatter_time(lines[mine[-1] + 1 if mine else 0], now, utc_offset_s)
+    last = _chatter_time(lines[-1], now, utc_offset_s)
+    # the last line was written when the log last changed: a stamp far from that is another clock or zone
+    if stamped is None or last is None or abs(last - mtime) > 120.0 or stamped > mtime + 1.0:
+        return max(0.0, now - mtime)
+    return max(0.0, now - stamped)
+
+
+def _seconds_without_progress(run_dir: Path, log: Path, started: Optional[float]) -> float:
+    """Seconds since the log last grew by a line of the job's own: a line of launcher chatter (torchrun's
+    rendezvous heartbeat warnings, printed every few seconds by a job that is stuck) is not progress, so a
+    stuck job is seen as quiet however much its launcher prints. Where the log stood and when the job last
+    printed (and when it was last looked at) are kept in ``progress.json`` beside the log."""
+    now = time.time()
+    state_file = run_dir / "progress.json"
+    try:
+        state = json.loads(state_file.read_text())
+        offset, since, checked = int(state["offset"]), float(state["since"]), float(state["checked"])
+    except (OSError, ValueError, KeyError, TypeError):
+        offset, since = 0, started or now
+        checked = since
+    mtime = log.stat().st_mtime
+    with open(log, "rb") as handle:
+        size = handle.seek(0, 2)
+        if size < offset:  # the log was replaced: read it again
+            offset = 0
+        handle.seek(offset)
+        new = handle.read(size - offset)
+    complete = new[:new.rfind(b"\n") + 1]  # whole lines only; a partial line is read with the rest of it
+    lines = [line for line in complete.split(b"\n") if line.strip()]
+    own = [not _CHATTER.search(line) for line in lines]
+    if any(own):  # the job printed since the last look: when its last line was written, as closely as is known
+        last = max(index for index, mine in enumerate(own) if mine)
+        if last == len(lines) - 1:
+            since = mtime
+        else:  # chatter after it: no later than the first chatter line's own time stamp, else than the last look
+            stamped = _chatter_time(lines[last + 1], now)
+            usable = stamped is not None and since <= stamped <= mtime + 1.0  # a clock that disagrees: not used
+            since = max(since, min(stamped, mtime) if usable else checked)
+    tmp = state_file.with_name("progress.json.tmp")
+    tmp.write_text(json.dumps({"offset": offset + len(complete), "since": since, "checked": now}))
+    os.replace(str(tmp), str(state_file))
+    return max(0.0, now - since)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:  # a zombie (ended, not yet reaped by its parent) is not alive
+        with open("/proc/%d/stat" % pid) as handle:
+            return handle.read().split(") ", 1)[1][:1] != "Z"
+    except OSError:
+        return True
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return any(_alive(pid) for pid in _group_members(pgid))
+
+
+def _group_members(pgid: int) -> list:
+    members = []
+    for entry in os.listdir("/proc") if os.path.isdir("/proc") else []:
+        if entry.isdigit():
+            try:
+                with open("/proc/%s/stat" % entry) as handle:
+                    fields = handle.read().split(") ", 1)[1].split()
+                if int(fields[2]) == pgid:
+                    members.append(int(entry))
+            except (OSError, IndexError, ValueError):
+                continue
+    return members or [pgid]
+
+
+BACKENDS = {"local": LocalBackend}
+
+
+def get(name: str, settings=None):
+    if name == "kuberay" and name not in BACKENDS:
+        from . import kuberay  # noqa: F401  (registers itself; imports the kubernetes client)
+    if name not in BACKENDS:
+        raise InputError("backend %r is not available here (available: %s)" % (name, ", ".join(sorted(BACKENDS))))
+    return BACKENDS[name](settings)

@@ -1,0 +1,223 @@
+"""One-change candidates: a parent recipe plus a small named diff, checked and written to
+``runs/<run>/`` before anything launches.
+
+``runs/<run>/recipe.yaml`` is the recipe and ``runs/<run>/candidate.json`` records the parent, the
+change, the lever and the hypothesis. The recipe keeps the baseline's ``metadata.name``: runs of
+one recipe are byte-identical (their ``recipe_sha256`` is what makes them repeats), and the backend
+names the submitted RayJob after the run (``Recipe.with_name``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+from typing import Optional
+
+from attune.core import legality, levers as levers_mod, workload
+from attune.core.errors import CheckFailed, InputError
+from attune.core.recipe import Recipe, diff
+
+from .ledger import RUNS, Campaign
+
+RUN_NUMBER = re.compile(r"^r(\d+)$")
+K8S_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+
+
+# environment variables that make a program load or run code they name: a candidate must not set them
+CODE_LOADING_ENV = frozenset(("PATH", "PYTHONPATH", "PYTHONSTARTUP", "PYTHONHOME", "PYTHONUSERBASE", "PYTHONINSPECT",
+                              "PYTHONBREAKPOINT", "PYTHONEXECUTABLE", "BASH_ENV", "ENV", "PERL5OPT", "PERL5LIB",
+                              "NODE_OPTIONS", "RUBYOPT", "SHELL"))
+
+
+def parse_changes(sets=(), unsets=(), envs=(), unset_envs=()) -> list:
+    """Command-line changes (``--set ARG=VALUE`` or ``--set ARG``, ``--unset ARG``, ``--env K=V``,
+    ``--unset-env K``) as change records. ``ARG`` may be written with or without its leading dashes
+    (``--set micro-batch-size=2`` or ``--set=--micro-batch-size=2``)."""
+    changes = []
+
+    def flag_name(text, option):
+        name = text if text.startswith("--") else "--" + text
+        if not re.match(r"^--[A-Za-z0-9][A-Za-z0-9_-]*$", name):
+            raise InputError("%s %s: %r is not an argument name (e.g. micro-batch-size)" % (option, text, name))
+        return name
+    for item in sets:
+        flag, sep, value = item.partition("=")
+        changes.append({"op": "set", "arg": flag_name(flag, "--set"), "value": value if sep else True})
+    for flag in unsets:
+        changes.append({"op": "unset", "arg": flag_name(flag, "--unset")})
+    for item in envs:
+        name, sep, value = item.partition("=")
+        if not sep or not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", name):
+            raise InputError("--env %s: give NAME=value" % item)
+        if name in CODE_LOADING_ENV or name.startswith(("LD_", "DYLD_")):
+            raise InputError("--env %s: %s makes the run load or run code it names (outside the agent's sandbox on "
+                             "the local backend), so no candidate sets it. Fix: tune another setting; a library the "
+                             "run needs belongs in the baseline recipe" % (item, name))
+        changes.append({"op": "set", "env": name, "value": value})
+    for name in unset_envs:
+        changes.append({"op": "unset", "env": name})
+    if not changes:
+        raise InputError("a candidate needs one change: --set, --unset, --env or --unset-env")
+    return changes
+
+
+def load_baseline(settings) -> Recipe:
+    try:
+        return Recipe.load(settings.baseline_yaml).require_gpus()
+    except InputError as exc:
+        raise InputError("ATTUNE_BASELINE_YAML=%s" % exc)
+
+
+def _parent(campaign: Campaign, settings, parent: str) -> Recipe:
+    if parent == "baseline":
+        return workload.enforce(load_baseline(settings))
+    path = campaign.run_dir(parent) / "recipe.yaml"
+    if not path.is_file():
+        raise InputError("--parent %s: no recipe at %s. Fix: give a run id from `attune status`, or baseline"
+                         % (parent, path))
+    return Recipe.load(path).require_gpus()
+
+
+def _record(campaign: Campaign, run: str) -> Optional[dict]:
+    path = campaign.run_dir(run) / "candidate.json"
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def leave_out(campaign: Campaign, settings, parent: str, kept: str) -> list:
+    """The change that removes from ``parent``'s recipe the change candidate run ``kept`` made to its own parent
+    (a leave-one-out): the settings ``kept`` touched, set back to what its parent had. ``kept`` must be on
+    ``parent``'s lineage (``parent`` itself or one of its ancestors through ``candidate.json``)."""
+    record = _record(campaign, kept)
+    if record is None:
+        raise InputError("--leave-out %s: no candidate.json in %s. Fix: give the candidate run that introduced the "
+                         "change (REPORT.md's kept changes, RESULTS.md's rows with status kept)"
+                         % (kept, campaign.run_dir(kept)))
+    chain, at = [], parent
+    while at and at != "baseline" and at not in chain:
+        chain.append(at)
+        at = (_record(campaign, at) or {}).get("parent")
+    if kept not in chain:
+        raise InputError("--leave-out %s: it is not a change of %s's stack (its lineage: %s). Fix: give --parent the "
+                         "leader and --leave-out a change along its lineage"
+                         % (kept, parent, " <- ".join(chain + ["baseline"]) if parent != "baseline" else "baseline"))
+    before, after = _parent(campaign, settings, record["parent"]), _parent(campaign, settings, kept)
+    undo = diff(after, before)
+    if not undo:
+        raise InputError("--leave-out %s: its recipe is its parent's: nothing to leave out" % kept)
+    return undo
+
+
+def allocate_run(campaign: Campaign, prefix: str) -> tuple:
+    """The next run id (prefix + r + number) and its new, empty directory (made atomically)."""
+    runs = campaign.dir / RUNS
+    runs.mkdir(parents=True, exist_ok=True)
+    numbers = [int(m.group(1)) for name in os.listdir(runs) if name.startswith(prefix)
+               for m in [RUN_NUMBER.match(name[len(prefix):])] if m]
+    number = max(numbers, default=0) + 1
+    while True:
+        run = "%sr%03d" % (prefix, number)
+        if not K8S_NAME.match(run):
+            raise InputError("run id %r is not a valid Kubernetes name; shorten ATTUNE_RUN_PREFIX" % run)
+        try:
+            (runs / run).mkdir()
+            return run, runs / run
+        except FileExistsError:  # another process took it
+            number += 1
+
+
+def gate_config(baseline, child, settings) -> dict:
+    """What the gate's configuration check will say of ``child`` against the baseline, before any GPU time:
+    ``{"passes", "reasons", "changes": [{"name", "kind", "class"}]}``."""
+    from types import SimpleNamespace
+
+    from attune.correctness import config_check
+    from attune.correctness.rules import Rules
+    found = config_check.check(SimpleNamespace(args=baseline.args(), env=baseline.env()),
+                               SimpleNamespace(args=child.args(), env=child.env()),
+                               Rules(overrides=settings.gate_rules or None))
+    return {"passes": found["passed"], "reasons": found["reasons"],
+            "changes": [{"name": row["name"], "kind": row["kind"], "class": row["class"]} for row in found["changes"]]}
+
+
+def projected(recipe, hardware: str = None) -> Optional[dict]:
+    """The projection of ``recipe`` on ``hardware`` (the recipe's ATTUNE_SIM_HARDWARE when not given), as the
+    ledger keeps it; None when no hardware is known. An illegal layout is an InputError naming the rule."""
+    hardware = hardware or recipe.env().get("ATTUNE_SIM_HARDWARE")
+    if not hardware:
+        return None
+    from attune.projection.api import project
+    env = recipe.env()
+    per_node = env.get("ATTUNE_SIM_GPUS_PER_NODE")
+    gpus = int(env["ATTUNE_SIM_GPUS"]) if env.get("ATTUNE_SIM_GPUS", "").isdigit() else recipe.gpus()
+    out = project(recipe.args(), gpus, hardware, int(per_node) if per_node and per_node.isdigit() else None)
+    mem = out["memory"]
+    return {"hardware": out["hardware"], "gpus": out["gpus"], "tokens_per_s_per_gpu": out["tokens_per_s_per_gpu"],
+            "step_s": out["time"]["step_s"], "mfu": out["mfu"], "memory_gib": mem["total_gib"],
+            "usable_gib": mem["usable_gib"], "fits": mem["fits"], "breakdown_gib": mem["breakdown_gib"],
+            "calibrated": out["params"].get("calibrated")}
+
+
+def describe_memory(projection: dict) -> str:
+    return "%.1f GiB of %.1f GiB usable (%s)" % (
+        projection["memory_gib"], projection["usable_gib"],
+        ", ".join("%s %.1f" % item for item in projection["breakdown_gib"].items()))
+
+
+def new(campaign: Campaign, settings, parent: str, changes: list, lever: str, hypothesis: str,
+        gpu: str = None, pod_hooks: list = None, force: bool = False, leave_out_of: str = None) -> dict:
+    """Check and write a candidate; return its record. Nothing is written when a check fails. With
+    ``leave_out_of`` (a candidate run on ``parent``'s lineage) the change is that run's, undone (``leave_out``),
+    and ``changes`` must be empty; the record says ``leave_out``."""
+    if not lever or not lever.strip():
+        raise InputError("--lever is empty: name the one lever this candidate tries (levers.md)")
+    if not hypothesis or not hypothesis.strip():
+        raise InputError("--hypothesis is empty: say what the change should move and by about how much")
+    catalog_path, catalog_text = levers_mod.campaign_catalog(campaign.dir)
+    catalog = levers_mod.catalog_ids(catalog_path, catalog_text)
+    try:
+        lever = levers_mod.lever_name(lever, catalog, catalog_path)
+    except ValueError as exc:
+        raise InputError("--lever: %s" % exc)
+    if leave_out_of:
+        if changes:
+            raise InputError("--leave-out computes the change itself: give it without --set, --unset, --env or "
+                             "--unset-env")
+        changes = leave_out(campaign, settings, parent, leave_out_of)
+    base = _parent(campaign, settings, parent)
+    child = workload.enforce(base.apply(changes))
+    change = diff(base, child)
+    if not change:
+        raise InputError("the change leaves the recipe as it was: nothing to try")
+    baseline = workload.enforce(load_baseline(settings))
+    problems = workload.compare(baseline, child)
+    if problems:
+        raise InputError("; ".join(problems))
+    violations = legality.check(child.args(), child.env(), child.gpus(), gpu, trusted=baseline.args())
+    if violations:
+        raise CheckFailed("the candidate is not a legal Megatron-LM configuration: %s"
+                          % "; ".join(str(v) for v in violations))
+    projection = projected(child, gpu)
+    if projection is not None and not projection["fits"] and not force:
+        raise CheckFailed("the projection says the candidate does not fit in GPU memory on %s: %s. Fix: choose a "
+                          "lever that fits the headroom, or --force to spend GPU time on it anyway"
+                          % (projection["hardware"], describe_memory(projection)))
+    run, directory = allocate_run(campaign, settings.run_prefix)
+    text = child.render()
+    (directory / "recipe.yaml").write_text(text, encoding="utf-8")
+    record = {"run": run, "parent": parent, "change": change, "lever": lever.strip(),
+              "hypothesis": hypothesis.strip(), "gpus": child.gpus(),
+              "recipe_sha256": hashlib.sha256(text.encode("utf-8")).hexdigest()}
+    if leave_out_of:
+        record["leave_out"] = leave_out_of
+    if pod_hooks:
+        record["pod_hooks"] = pod_hooks
+    record["gate_config"] = gate_config(baseline, child, settings)
+    if projection is not None:
+        record["projection"] = projection
+    (directory / "candidate.json").write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+    return record

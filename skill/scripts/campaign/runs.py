@@ -1,0 +1,340 @@
+"""The run lifecycle: launch, poll, finalize, teardown, recorded in the ledger.
+
+A launch row is appended before the backend is asked to start the run, so no run ever holds
+GPUs without a record; a submission that fails is finalized at once as failed, class submit_failed, charging
+nothing.
+"""
+
+from __future__ import annotations
+
+import datetime
+import hashlib
+import json
+import re
+import time
+from pathlib import Path
+from typing import Optional
+
+from attune.core import files, legality, workload
+from attune.core.chainlog import parse_ts
+from attune.core.errors import CheckFailed, InputError
+from attune.core.recipe import Recipe
+from attune.core.triage import CLASSES
+
+from . import backends, budget as budget_mod, podhooks, snapshot as snapshot_mod
+from .candidates import allocate_run, load_baseline, projected
+from .finalize import RunFacts, finalize as finalize_run
+from .ledger import Campaign
+from .runview import SUBMIT_FAILED
+
+HANG_AFTER_S = 900.0
+SIMULATED_PROGRAM = "sim_megatron.py"  # simulate/: the simulated Megatron-LM workload
+PENDING_AFTER_S = 1800.0
+
+
+PROFILE_HOOKS = [{"name": "profiler"}, {"name": "gpu_facts"}]
+
+
+def _merge_hooks(own: list, extra: list) -> list:
+    """A candidate's hooks, then the launch's; a hook named again takes the later arguments."""
+    merged = {}
+    for hook in list(own) + list(extra):
+        merged[hook["name"]] = hook
+    return list(merged.values())
+
+
+def _launch_rows(campaign: Campaign, rows: list = None) -> dict:
+    rows = campaign.ledger.rows() if rows is None else rows
+    return {row["run"]: row for row in rows if row["kind"] == "launch"}
+
+
+def _first_baseline(launches: dict, never_ran: set = frozenset()) -> Optional[str]:
+    baselines = sorted((row["ts"], row["run"]) for row in launches.values()
+                       if row["purpose"] == "baseline" and row["run"] not in never_ran)
+    return baselines[0][1] if baselines else None
+
+
+def _never_ran(rows: list) -> set:
+    """The runs whose submission failed (a closed launch: no GPU time, no budget, no purpose), as
+    ``runview.RunView.never_ran`` reads them."""
+    return {row["run"] for row in rows
+            if row["kind"] == "result" and (row.get("failure") or {}).get("class") == SUBMIT_FAILED}
+
+
+def launch(campaign: Campaign, settings, run: str = None, baseline: bool = False, repeat_of: str = None,
+           confirm: bool = False, expected_gpu_hours: float = None, gpu: str = None, pod_hooks: list = None,
+           profile_of: str = None) -> dict:
+    """Launch a candidate (``run``), a baseline run, a repeat/confirmation of ``repeat_of``, or a profile
+    run of ``profile_of`` (its recipe through the ``profiler`` and ``gpu_facts`` hooks; never ranked).
+    ``pod_hooks`` (records from ``podhooks.parse``) add to a candidate's own and override them by name."""
+    if sum(bool(x) for x in (run, baseline, repeat_of, profile_of)) != 1:
+        raise InputError("give exactly one of RUN, --baseline, --repeat-of RUN or --profile-of RUN")
+    ledger_rows = campaign.ledger.rows()
+    launches = _launch_rows(campaign, ledger_rows)
+    never_ran = _never_ran(ledger_rows)
+    first_baseline = _first_baseline(launches, never_ran)
+    record = {}
+    if baseline:
+        recipe = workload.enforce(load_baseline(settings))
+        violations = legality.check(recipe.args(), recipe.env(), recipe.gpus(), gpu, trusted=recipe.args())
+        if violations:
+            raise CheckFailed("the baseline is not a legal Megatron-LM configuration: %s"
+                              % "; ".join(str(v) for v in violations))
+        purpose, parent = ("repeat", first_baseline) if first_baseline else ("baseline", None)
+        text, recipe_path = recipe.render(), settings.baseline_yaml
+    elif repeat_of or profile_of:
+        source = repeat_of or profile_of
+        if source not in launches:
+            raise InputError("--%s %s: the ledger has no launch of that run"
+                             % ("repeat-of" if repeat_of else "profile-of", source))
+        recipe_path = campaign.run_dir(source) / "recipe.yaml"
+        text = _recipe_text(recipe_path)
+        purpose, parent = ("profile" if profile_of else "confirm" if confirm else "repeat"), source
+        if profile_of:
+            record = {"pod_hooks": PROFILE_HOOKS}
+    else:
+        if run in never_ran:
+            raise InputError("run %s was launched and its submission failed (class %s): a run id is used once. Fix: "
+                             "write the candidate again with `attune candidate new` and launch that" % (run, SUBMIT_FAILED))
+        if run in launches:
+            raise InputError("run %s was launched already; repeat it with --repeat-of %s" % (run, run))
+        path = campaign.run_dir(run) / "candidate.json"
+        if not path.is_file():
+            raise InputError("run %s has no candidate record (%s). Fix: write it with `attune candidate new`"
+                             % (run, path))
+        record = _candidate_record(path)
+        recipe_path = campaign.run_dir(run) / "recipe.yaml"
+        text = _recipe_text(recipe_path)
+        purpose = "candidate"
+        parent = first_baseline if record["parent"] == "baseline" else record["parent"]
+        if parent is None:
+            raise InputError("launch the baseline first (`attune launch --baseline`): the candidate's parent is it")
+    recipe = Recipe(text, str(recipe_path)).require_gpus()
+    campaign_hooks = podhooks.parse(settings.pod_hooks.split(), where="ATTUNE_POD_HOOKS")
+    hooks = _merge_hooks(campaign_hooks + list(record.get("pod_hooks") or []), pod_hooks or [])
+    if hooks:  # checked before anything is written
+        podhooks.check(hooks)
+        podhooks.scripts_dir(settings)
+    snap = snapshot_mod.take(campaign.dir)
+    if confirm and repeat_of and snap.ranking.recipe_of(repeat_of).gate == "fail":
+        raise CheckFailed("run %s's recipe failed the correctness gate: it can never lead, so a confirmation would "
+                          "spend budget on nothing. Fix: try another candidate" % repeat_of)
+    budget_mod.check_launch(snap.budget, expected_gpu_hours)
+    # the backend is reached and the recipe checked against its rules before anything is written: a backend that
+    # cannot be used (an unknown kube context) or a recipe it refuses leaves no launch row and uses no run id
+    backend = backends.get(settings.backend, settings)
+    backend.check(recipe)
+    rows = None
+    if settings.rows_path:  # every run trains on the declared rows, read where the run reads them
+        from attune.campaign.rows_check import check_rows
+        rows = check_rows(settings)
+    if not run:
+        run, directory = allocate_run(campaign, settings.run_prefix)
+        (directory / "recipe.yaml").write_text(text, encoding="utf-8")
+    payload = {"run": run, "purpose": purpose, "recipe_sha256": hashlib.sha256(text.encode("utf-8")).hexdigest(),
+               "gpus": recipe.gpus(), "backend": settings.backend}
+    if Path(recipe.command.program).name == SIMULATED_PROGRAM:  # every output marks such a run SIMULATED
+        payload["simulated"] = True
+    if any(hook["name"] == "cpu" for hook in hooks):  # a real program on a CPU: every output marks it cpu
+        payload["cpu"] = True
+    projection = record.get("projection")
+    if projection is None and purpose in ("baseline", "repeat", "confirm"):
+        try:  # what the projection expected, beside what the run will measure (RESULTS.md compares them)
+            projection = projected(recipe, gpu)
+        except InputError:
+            projection = None
+    submitted = podhooks.wrap(recipe, hooks, settings, run, campaign.run_dir(run))
+    # the job knows which run it is (the simulated workload's `ATTUNE_SIM_SEED: auto` is this id); not in the
+    # recipe the ledger hashes, so two runs of one recipe stay one recipe
+    try:
+        submitted = submitted.apply([{"op": "set", "env": "ATTUNE_RUN_ID", "value": run}])
+    except InputError:  # a recipe with no runtimeEnvYAML env_vars to hold it runs without it
+        pass
+    if rows:  # the job checks the rows it reads itself too (data/MEGATRON.md)
+        submitted = submitted.apply([{"op": "set", "env": "ATTUNE_ROWS_PATH", "value": settings.rows_path},
+                                     {"op": "set", "env": "ATTUNE_ROWS_SHA256", "value": rows}])
+    for key, value in (("parent", parent), ("change", record.get("change")), ("lever", record.get("lever")),
+                       ("hypothesis", record.get("hypothesis")), ("leave_out", record.get("leave_out")),
+                       ("expected_gpu_hours", expected_gpu_hours),
+                       ("pod_hooks", hooks or None), ("rows_sha256", rows), ("projection", projection)):
+        if value is not None:
+            payload[key] = value
+    row = campaign.append("launch", **payload)
+    try:
+        backend.submit(run, submitted.with_name(run), campaign.run_dir(run))
+    except Exception as exc:  # the launch row exists: close it at once, charging nothing
+        meaning, next_step = CLASSES[SUBMIT_FAILED]
+        evidence = "submission failed: %s" % (" ".join(str(exc).split()) or type(exc).__name__)
+        campaign.append("result", run=run, status="failed",
+                        failure={"class": SUBMIT_FAILED, "evidence": evidence[:2000], "line_no": None,
+                                 "source": "backend", "meaning": meaning, "next_step": next_step})
+        raise CheckFailed("run %s could not be submitted (%s); its launch is closed as %s: nothing is charged and "
+                          "its reservation is released. Fix: %s" % (run, evidence[len("submission failed: "):][:500],
+                                                                    SUBMIT_FAILED, next_step))
+    return row
+
+
+def poll(campaign: Campaign, settings, run: str) -> backends.Status:
+    if run not in _launch_rows(campaign):
+        raise InputError("the ledger has no launch of run %s" % run)
+    return backends.get(settings.backend, settings).status(campaign.run_dir(run))
+
+
+def finalize(campaign: Campaign, settings, run: str, hang_after_s: float = HANG_AFTER_S,
+             pending_after_s: float = PENDING_AFTER_S) -> Optional[dict]:
+    """Finalize a run that ended. A run that hangs, or stays pending past ``pending_after_s``
+    (it cannot be scheduled), is torn down first. None while it is still running normally."""
+    launches = _launch_rows(campaign)
+    if run not in launches:
+        raise InputError("the ledger has no launch of run %s" % run)
+    backend = backends.get(settings.backend, settings)
+    run_dir = campaign.run_dir(run)
+    status = backend.status(run_dir)
+    quiet = None
+    events = ()
+    if not status.done:
+        waited = time.time() - parse_ts(launches[run]["ts"]).replace(tzinfo=datetime.timezone.utc).timestamp()
+        if status.state == "pending" and waited > pending_after_s:
+            events = tuple(backend.events(run)) or ("Unschedulable: still pending %.0f s after launch (limit %.0f s)"
+                                                    % (waited, pending_after_s),)
+        elif status.seconds_without_progress is not None and status.seconds_without_progress > hang_after_s:
+            quiet = status.seconds_without_progress
+        else:
+            return None
+        status = backend.teardown(run_dir)
+    else:
+        events = tuple(backend.events(run))
+    seq = seq_length(run_dir)
+    log, unavailable = ended_log(backend, run_dir)
+    if unavailable:
+        events = events + (unavailable,)
+    started, ended = status.started or status.ended or 0.0, status.ended or status.started or 0.0
+    simulated = simulated_seconds(log) if launches[run].get("simulated") else None
+    if simulated is not None:  # charged for the time the simulated run stands for, not the seconds it took here
+        ended = started + simulated
+    facts = RunFacts(run=run, log_path=log, exit_code=status.exit_code, started=started, ended=ended,
+                     gpus=launches[run]["gpus"], seq_length=seq, events=events, seconds_without_progress=quiet,
+                     hang_after_s=hang_after_s, backend_message=status.message)
+    row = finalize_run(campaign, facts)
+    if status.state != "torn_down":  # the run is recorded: release what it still holds
+        backend.teardown(run_dir)
+    return row
+
+
+def seq_length(run_dir: Path) -> Optional[int]:
+    """The sequence length a run's recipe (``runs/<run>/recipe.yaml``) gives Megatron, which does not print it per
+    step; None when the recipe sets none."""
+    seq = Recipe.load(run_dir / "recipe.yaml").args().get("--seq-length")
+    return int(seq) if isinstance(seq, str) and seq.isdigit() else None
+
+
+def ended_log(backend, run_dir: Path) -> tuple:
+    """An ended run's log as a local file, through ``backend.log_path`` (on KubeRay, copied out through the log
+    pod), and None; or, where there is none to read (the run never started), the path finalize records as
+    missing and the event that says why, which triage reads."""
+    try:
+        return backend.log_path(run_dir), None
+    except CheckFailed as exc:
+        return run_dir / "log.txt.unavailable", "log unavailable: %s" % exc
+
+
+def _recipe_text(path: Path) -> str:
+    """A run's recipe text as written (its bytes are what ``recipe_sha256`` hashes)."""
+    return files.read_text(path, "RayJob YAML recipe", "write the run again with `attune candidate new`")
+
+
+def _candidate_record(path: Path) -> dict:
+    text = files.read_text(path, "candidate record", "write the run again with `attune candidate new`")
+    try:
+        record = json.loads(text)
+    except ValueError as exc:
+        raise InputError("%s: not JSON (%s), so not a candidate record. Fix: write the run again with `attune "
+                         "candidate new`" % (path, exc))
+    if not isinstance(record, dict) or not isinstance(record.get("parent"), str):
+        raise InputError("%s: not a candidate record (no parent). Fix: write the run again with `attune candidate "
+                         "new`" % path)
+    return record
+
+
+def simulated_seconds(log: Path) -> Optional[float]:
+    """The simulated wall time the SIMULATED workload's last line states (``simulate/sim_megatron.py``)."""
+    try:
+        with open(log, "rb") as handle:
+            handle.seek(0, 2)
+            handle.seek(max(0, handle.tell() - 4096))
+            tail = handle.read().decode("utf-8", "replace")
+    except OSError:
+        return None
+    found = re.findall(r"ATTUNE simulated wall time: ([0-9.]+) s", tail)
+    return float(found[-1]) if found else None
+
+
+def teardown(campaign: Campaign, settings, run: str) -> backends.Status:
+    if run not in _launch_rows(campaign):
+        raise InputError("the ledger has no launch of run %s" % run)
+    return backends.get(settings.backend, settings).teardown(campaign.run_dir(run))
+
+
+def topology(campaign: Campaign, settings, run: str) -> dict:
+    """What the run asked for and got, where it fell short, and whether it is comparable with the
+    first baseline run (whose facts are recorded in its runs/<run>/topology.json)."""
+    launches = _launch_rows(campaign)
+    if run not in launches:
+        raise InputError("the ledger has no launch of run %s" % run)
+    from attune.core import topology as topology_mod
+    backend = backends.get(settings.backend, settings)
+    run_dir = campaign.run_dir(run)
+    log = run_dir / "log.txt"
+    if not log.is_file():
+        try:
+            log = backend.log_path(run_dir)
+        except CheckFailed:
+            log = None
+    if log is not None and not log.is_file():  # the local backend names the log the run has not written
+        log = None
+    summary = topology_mod.summarize(Recipe.load(run_dir / "recipe.yaml"), log,
+                                     backend.cluster_facts(run))
+    (run_dir / "topology.json").write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
+    baseline = _first_baseline(launches)
+    summary["baseline"] = baseline
+    summary["not_comparable"] = []
+    if baseline and baseline != run and (campaign.run_dir(baseline) / "topology.json").is_file():
+        before = json.loads((campaign.run_dir(baseline) / "topology.json").read_text())["got"]
+        summary["not_comparable"] = topology_mod.comparable(before, summary["got"])
+    return summary
+
+
+def traces(campaign: Campaign, settings, run: str) -> list:
+    """The torch.profiler traces a run's ``profiler`` hook found (pod_hooks.json), as local files: read in
+    place on the local backend, copied out through the log pod into ``runs/<run>/traces/`` on KubeRay."""
+    launches = _launch_rows(campaign)
+    if run not in launches:
+        raise InputError("the ledger has no launch of run %s" % run)
+    if not any(hook["name"] == "profiler" for hook in launches[run].get("pod_hooks") or ()):
+        raise InputError("run %s was not launched through the profiler hook. Fix: `attune launch --profile-of %s`"
+                         % (run, run))
+    run_dir = campaign.run_dir(run)
+    remote = podhooks.out_dir(settings, run, run_dir) + "/pod_hooks.json"
+    backend = backends.get(settings.backend, settings)
+    kube = settings.backend == "kuberay"
+    try:
+        path = backend.copy_out(remote, run_dir / "pod_hooks.json") if kube else Path(remote)
+        record = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError, CheckFailed) as exc:
+        raise CheckFailed("run %s: no readable %s (%s): has the run started?" % (run, remote, exc))
+    if record.get("status") != "finished":
+        raise CheckFailed("run %s is still running (pod_hooks.json says %s): profile it once it has ended"
+                          % (run, record.get("status")))
+    hook = next((h for h in record.get("hooks", ()) if h.get("name") == "profiler"), {})
+    found = (hook.get("facts") or {}).get("traces") or []
+    if not found:
+        raise CheckFailed("run %s: the profiler hook found no trace (%s%s)" % (
+            run, hook.get("status", "not run"), "; " + "; ".join(hook["warnings"]) if hook.get("warnings") else ""))
+    if not kube:
+        return [Path(name) for name in found]
+    local = []
+    for n, name in enumerate(found):
+        target = run_dir / "traces" / ("%d-%s" % (n, name.rsplit("/", 1)[-1]))
+        target.parent.mkdir(parents=True, exist_ok=True)
+        local.append(backend.copy_out(name, target))
+    return local
