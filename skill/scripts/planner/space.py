@@ -46,6 +46,7 @@ from attune.campaign.candidates import parse_changes  # noqa: E402
 from attune.core import legality, levers as levers_mod, workload  # noqa: E402
 from attune.core.errors import AttuneError  # noqa: E402
 from attune.core.recipe import Recipe, diff  # noqa: E402
+from attune.planner.generators import BOTTLENECKS, GENERATORS, Context, as_int  # noqa: E402
 
 __all__ = ["Alternative", "Lever", "Prediction", "space", "no_mechanism", "apply", "predict", "project_recipe", "as_recipe", "undo",
            "leave_one_out", "check", "LEVER_IDS", "COMPANIONS", "OPTIONS"]
@@ -83,11 +84,6 @@ COMPANIONS = {
     "full-recompute": {"--recompute-modules": "--recompute-modules is only read with selective recompute"},
 }
 
-RECOMPUTE_FLAGS = ("--recompute-granularity", "--recompute-method", "--recompute-num-layers", "--recompute-modules")
-VP_FLAGS = ("--num-layers-per-virtual-pipeline-stage", "--num-virtual-stages-per-pipeline-rank")
-BOTTLENECKS = ("exposed_tp_communication", "exposed_dp_communication", "exposed_all_to_all",
-               "exposed_pipeline_communication", "pipeline_bubble", "host_bound_launching", "memory_headroom",
-               "memory_pressure", "stragglers")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -190,316 +186,9 @@ def _rules(overrides: Optional[str]):
     return Rules(overrides=overrides or None)
 
 
-def _int(args: dict, flag: str, default: int) -> int:
-    value = args.get(flag)
-    if value is None or value is True:
-        return default
-    try:
-        return int(str(value))
-    except ValueError:
-        return default
-
-
 def _addresses(entry: dict) -> tuple:
     text = entry.get("Addresses", "")
     return tuple(name for name in BOTTLENECKS if name in text)
-
-
-def _divisors(n: int) -> list:
-    return [d for d in range(1, n + 1) if n % d == 0]
-
-
-class _Context(object):
-    """What the generators read of the parent recipe."""
-
-    def __init__(self, recipe: Recipe, gpu: Optional[str]):
-        self.args = recipe.args()
-        self.env = recipe.env()
-        env = self.env
-        self.gpus = int(env["ATTUNE_SIM_GPUS"]) if env.get("ATTUNE_SIM_GPUS", "").isdigit() else recipe.gpus()
-        per_node = env.get("ATTUNE_SIM_GPUS_PER_NODE", "")
-        self.per_node = int(per_node) if per_node.isdigit() else 8
-        self.gpu = gpu or env.get("ATTUNE_SIM_HARDWARE")
-        self.blackwell = bool(self.gpu) and self.gpu.lower() in legality.BLACKWELL
-        a = self.args
-        self.tp = _int(a, "--tensor-model-parallel-size", 1)
-        self.pp = _int(a, "--pipeline-model-parallel-size", 1)
-        self.cp = _int(a, "--context-parallel-size", 1)
-        self.ep = _int(a, "--expert-model-parallel-size", 1)
-        self.mbs = _int(a, "--micro-batch-size", 1)
-        self.layers = _int(a, "--num-layers", 0)
-        self.experts = _int(a, "--num-experts", 0)
-
-    def has(self, flag: str) -> bool:
-        return flag in self.args
-
-    def max_connections_one(self) -> list:
-        """The companion change that a TP/CP>1 layout needs before Blackwell, when it is missing."""
-        if self.blackwell or self.env.get("CUDA_DEVICE_MAX_CONNECTIONS") == "1":
-            return []
-        return [("--env", "CUDA_DEVICE_MAX_CONNECTIONS=1")]
-
-
-def _toggle(ctx: _Context, flag: str, label: str) -> list:
-    if ctx.has(flag):
-        return [("%s=off" % label, [("--unset", flag[2:])])]
-    return [("%s=on" % label, [("--set", flag[2:])])]
-
-
-def _env_values(ctx: _Context, name: str, values: tuple, allow_unset: bool = True) -> list:
-    current = ctx.env.get(name)
-    out = [("%s=%s" % (name, value), [("--env", "%s=%s" % (name, value))]) for value in values if value != current]
-    if allow_unset and current is not None:
-        out.append(("%s=unset" % name, [("--unset-env", name)]))
-    return out
-
-
-# ------------------------------------------------------------------------------------------ generators
-def _gen_tp(ctx):
-    out = []
-    for value in (1, 2, 4, 8):
-        if value == ctx.tp:
-            continue
-        changes = [("--set", "tensor-model-parallel-size=%d" % value)]
-        if value == 1 and ctx.has("--sequence-parallel"):
-            changes.append(("--unset", "sequence-parallel"))
-        if value > 1 and ctx.tp == 1:
-            if not ctx.has("--sequence-parallel"):
-                changes.append(("--set", "sequence-parallel"))
-            changes += ctx.max_connections_one()
-        out.append(("tensor-model-parallel-size=%d" % value, changes))
-    return out
-
-
-def _gen_sp(ctx):
-    return _toggle(ctx, "--sequence-parallel", "sequence-parallel") if ctx.tp > 1 else []
-
-
-def _gen_tp_overlap(ctx):
-    if ctx.tp <= 1:
-        return []
-    if ctx.has("--tp-comm-overlap"):
-        return [("tp-comm-overlap=off", [("--unset", "tp-comm-overlap")])]
-    changes = [("--set", "tp-comm-overlap")]
-    if not ctx.has("--sequence-parallel"):
-        changes.append(("--set", "sequence-parallel"))
-    return [("tp-comm-overlap=on", changes)]
-
-
-def _gen_pp(ctx):
-    # An explicit --pipeline-model-parallel-layout fixes the stages: Megatron derives VP as stages / PP, so a
-    # PP change would silently change the virtual-pipeline size too (and PP 1 would keep a multi-stage
-    # layout). Two levers in one change: the PP lever skips such recipes (their layout is hand-balanced).
-    if ctx.has("--pipeline-model-parallel-layout"):
-        return []
-    out = []
-    for value in (1, 2, 4, 8):
-        if value == ctx.pp:
-            continue
-        changes = [("--set", "pipeline-model-parallel-size=%d" % value)]
-        if value == 1:
-            changes += [("--unset", flag[2:]) for flag in VP_FLAGS if ctx.has(flag)]
-        out.append(("pipeline-model-parallel-size=%d" % value, changes))
-    return out
-
-
-def _gen_vp(ctx):
-    if ctx.pp <= 1 or not ctx.layers or ctx.layers % ctx.pp:
-        return []
-    per_stage = ctx.layers // ctx.pp
-    by_stages = ctx.has("--num-virtual-stages-per-pipeline-rank")
-    out = []
-    current = [flag for flag in VP_FLAGS if ctx.has(flag)]
-    if current:
-        out.append(("virtual-pipeline=off", [("--unset", flag[2:]) for flag in current]))
-    for per_vstage in _divisors(per_stage)[:-1]:  # at least two virtual stages per rank
-        stages = per_stage // per_vstage
-        if by_stages:
-            if str(ctx.args.get("--num-virtual-stages-per-pipeline-rank")) == str(stages):
-                continue
-            changes = [("--set", "num-virtual-stages-per-pipeline-rank=%d" % stages)]
-        else:
-            if str(ctx.args.get("--num-layers-per-virtual-pipeline-stage")) == str(per_vstage):
-                continue
-            changes = [("--set", "num-layers-per-virtual-pipeline-stage=%d" % per_vstage)]
-        out.append(("virtual-pipeline=%d-stages" % stages, changes))
-    return out
-
-
-def _gen_cp(ctx):
-    out = []
-    for value in (1, 2, 4):
-        if value == ctx.cp:
-            continue
-        changes = [("--set", "context-parallel-size=%d" % value)]
-        if value > 1 and ctx.tp == 1 and ctx.cp == 1:
-            changes += ctx.max_connections_one()
-        out.append(("context-parallel-size=%d" % value, changes))
-    return out
-
-
-def _gen_ep(ctx):
-    if not ctx.experts:
-        return []
-    out = []
-    value = 1
-    while value <= min(ctx.experts, ctx.gpus):
-        if value != ctx.ep:
-            out.append(("expert-model-parallel-size=%d" % value, [("--set", "expert-model-parallel-size=%d" % value)]))
-        value *= 2
-    return out
-
-
-def _gen_a2a_overlap(ctx):
-    if not ctx.experts or (ctx.ep <= 1 and not ctx.has("--overlap-moe-expert-parallel-comm")):
-        return []
-    return _toggle(ctx, "--overlap-moe-expert-parallel-comm", "moe-a2a-overlap")
-
-
-def _gen_delay_wgrad(ctx):
-    if not ctx.has("--overlap-moe-expert-parallel-comm") and not ctx.has("--delay-wgrad-compute"):
-        return []
-    return _toggle(ctx, "--delay-wgrad-compute", "delay-wgrad-compute")
-
-
-def _gen_dispatcher(ctx):
-    """alltoall and allgather (``flex`` needs a DeepEP/HybridEP backend: its own levers, not in the space)."""
-    if not ctx.experts:
-        return []
-    current = str(ctx.args.get("--moe-token-dispatcher-type") or "allgather")
-    return [("moe-token-dispatcher-type=%s" % value, [("--set", "moe-token-dispatcher-type=%s" % value)])
-            for value in ("alltoall", "allgather") if value != current]
-
-
-def _gen_mbs(ctx):
-    return [("micro-batch-size=%d" % value, [("--set", "micro-batch-size=%d" % value)])
-            for value in (1, 2, 4) if value != ctx.mbs]
-
-
-def _recompute_state(ctx) -> dict:
-    return {flag: ctx.args.get(flag) for flag in RECOMPUTE_FLAGS if flag in ctx.args}
-
-
-def _recompute_changes(ctx, target: dict) -> list:
-    current = _recompute_state(ctx)
-    changes = []
-    for flag in RECOMPUTE_FLAGS:
-        want = target.get(flag)
-        if want is None and flag in current:
-            changes.append(("--unset", flag[2:]))
-        elif want is not None and str(current.get(flag)) != str(want):
-            changes.append(("--set", "%s=%s" % (flag[2:], want)))
-    return changes
-
-
-def _per_chunk(ctx) -> int:
-    if not ctx.layers or ctx.pp <= 0:
-        return 1
-    per_stage = ctx.layers // ctx.pp
-    vp = 1
-    if ctx.has("--num-layers-per-virtual-pipeline-stage"):
-        per = _int(ctx.args, "--num-layers-per-virtual-pipeline-stage", per_stage)
-        vp = max(1, per_stage // max(1, per))
-    elif ctx.has("--num-virtual-stages-per-pipeline-rank"):
-        vp = max(1, _int(ctx.args, "--num-virtual-stages-per-pipeline-rank", 1))
-    return max(1, per_stage // vp)
-
-
-def _recompute_targets(ctx) -> list:
-    """(lever, name, target flags) for every recompute setting worth a run."""
-    granularity = str(ctx.args.get("--recompute-granularity") or "")
-    targets = []
-    none_lever = "selective-recompute" if granularity == "selective" else "full-recompute"
-    targets.append((none_lever, "recompute=none", {}))
-    targets.append(("full-recompute", "recompute=full/uniform/1",
-                    {"--recompute-granularity": "full", "--recompute-method": "uniform",
-                     "--recompute-num-layers": "1"}))
-    chunk = _per_chunk(ctx)
-    for layers in sorted({1, chunk // 2, chunk - 1}):
-        if 0 < layers < chunk:
-            targets.append(("full-recompute", "recompute=full/block/%d" % layers,
-                            {"--recompute-granularity": "full", "--recompute-method": "block",
-                             "--recompute-num-layers": str(layers)}))
-    targets.append(("selective-recompute", "recompute=selective/core_attn", {"--recompute-granularity": "selective"}))
-    targets.append(("selective-recompute", "recompute=selective/mlp",
-                    {"--recompute-granularity": "selective", "--recompute-modules": "mlp"}))
-    return targets
-
-
-def _gen_recompute(lever_id):
-    def generate(ctx):
-        out = []
-        for lever, name, target in _recompute_targets(ctx):
-            if lever != lever_id:
-                continue
-            changes = _recompute_changes(ctx, target)
-            if changes:
-                out.append((name, changes))
-        return out
-    return generate
-
-
-def _gen_param_gather(ctx):
-    if ctx.has("--overlap-param-gather"):
-        return [("overlap-param-gather=off", [("--unset", "overlap-param-gather")])]
-    changes = [("--set", "overlap-param-gather")]
-    for flag in ("--overlap-grad-reduce", "--use-distributed-optimizer"):
-        if not ctx.has(flag):
-            changes.append(("--set", flag[2:]))
-    return [("overlap-param-gather=on", changes)]
-
-
-def _gen_bucket(ctx):
-    current = ctx.args.get("--ddp-bucket-size")
-    out = [("ddp-bucket-size=%d" % value, [("--set", "ddp-bucket-size=%d" % value)])
-           for value in (20000000, 128000000) if str(current) != str(value)]
-    if current is not None:
-        out.append(("ddp-bucket-size=default", [("--unset", "ddp-bucket-size")]))
-    return out
-
-
-def _gen_expandable(ctx):
-    name, value = "PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True"
-    current = ctx.env.get(name)
-    if current == value:
-        return [("expandable-segments=off", [("--unset-env", name)])]
-    if current is None:
-        return [("expandable-segments=on", [("--env", "%s=%s" % (name, value))])]
-    return []  # another allocator setting: not this lever's to replace
-
-
-def _gen_p2p_chunk(ctx):
-    if ctx.pp <= 1 and "NCCL_P2P_NET_CHUNKSIZE" not in ctx.env:
-        return []
-    return _env_values(ctx, "NCCL_P2P_NET_CHUNKSIZE", ("2097152",))
-
-
-GENERATORS = {
-    "tensor-parallel-size": _gen_tp,
-    "sequence-parallel": _gen_sp,
-    "tp-comm-overlap": _gen_tp_overlap,
-    "pipeline-parallel-size": _gen_pp,
-    "virtual-pipeline": _gen_vp,
-    "context-parallel-size": _gen_cp,
-    "expert-parallel-size": _gen_ep,
-    "moe-a2a-overlap": _gen_a2a_overlap,
-    "delay-wgrad-compute": _gen_delay_wgrad,
-    "token-dispatcher": _gen_dispatcher,
-    "micro-batch-size": _gen_mbs,
-    "selective-recompute": _gen_recompute("selective-recompute"),
-    "full-recompute": _gen_recompute("full-recompute"),
-    "distributed-optimizer": lambda ctx: _toggle(ctx, "--use-distributed-optimizer", "distributed-optimizer"),
-    "expandable-segments": _gen_expandable,
-    "overlap-grad-reduce": lambda ctx: _toggle(ctx, "--overlap-grad-reduce", "overlap-grad-reduce"),
-    "overlap-param-gather": _gen_param_gather,
-    "ddp-bucket-size": _gen_bucket,
-    "cuda-device-max-connections": lambda ctx: _env_values(ctx, "CUDA_DEVICE_MAX_CONNECTIONS", ("1", "8", "32")),
-    "high-priority-nccl-streams": lambda ctx: _env_values(ctx, "TORCH_NCCL_HIGH_PRIORITY", ("1",)),
-    "nvls": lambda ctx: _env_values(ctx, "NCCL_NVLS_ENABLE", ("0", "1"), allow_unset=False),
-    "nccl-cta-policy": lambda ctx: _env_values(ctx, "NCCL_CTA_POLICY", ("1",)),
-    "nccl-p2p-chunksize": _gen_p2p_chunk,
-    "avoid-record-streams": lambda ctx: _env_values(ctx, "TORCH_NCCL_AVOID_RECORD_STREAMS", ("1",)),
-}
 
 
 # ------------------------------------------------------------------------------------------ checks
@@ -569,7 +258,7 @@ def space(recipe, baseline=None, *, gpu: Optional[str] = None, gate_rules: Optio
     with no mechanism on the recipe's platform (``no_mechanism``) has every alternative rejected, saying why."""
     parent = workload.enforce(as_recipe(recipe))
     base = workload.enforce(as_recipe(baseline)) if baseline is not None else parent
-    ctx = _Context(parent, gpu)
+    ctx = Context(parent, gpu)
     gpu = ctx.gpu
     entries = _catalog(str(catalog or levers_mod.CATALOG))
     out = []
@@ -647,7 +336,7 @@ def leave_one_out(leader, parent, child, lever: str, name: str, baseline=None, *
 
 # ------------------------------------------------------------------------------------------ projection
 def _overlapped(args: dict) -> dict:
-    sp = "--sequence-parallel" in args and _int(args, "--tensor-model-parallel-size", 1) > 1
+    sp = "--sequence-parallel" in args and as_int(args, "--tensor-model-parallel-size", 1) > 1
     return {"tp": "--tp-comm-overlap" in args and sp, "ep": "--overlap-moe-expert-parallel-comm" in args,
             "dp_reduce_scatter": "--overlap-grad-reduce" in args, "dp_all_gather": "--overlap-param-gather" in args,
             "cp": True, "pp": False}

@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from attune import cli
-from attune.core import logparse, triage
+from attune.core import logbounds, logparse, triage
 from attune.campaign.finalize import metrics_columns
 
 LOGS = DATA / "logs"
@@ -79,7 +79,9 @@ def test_a_cut_nemo2_line_never_gives_its_cut_step_time():
 def small_bounds(monkeypatch):
     for name, value in (("STEPS_KEPT", 10), ("TAIL_STEPS", 5), ("RUN_HEAD_STEPS", 3), ("PROBLEM_STEPS", 2),
                         ("RECORDS_KEPT", 2), ("FAILURES_KEPT", 2), ("ERRORS_KEPT", 2), ("WARNINGS_KEPT", 2)):
-        monkeypatch.setattr(logparse, name, value)
+        for module in (logparse, logbounds):  # the parser's bounds, and the bounded containers' own
+            if hasattr(module, name):
+                monkeypatch.setattr(module, name, value)
 
 
 def test_past_the_cap_only_the_tail_the_problems_and_a_late_runs_start_are_kept(small_bounds):
@@ -113,7 +115,7 @@ def test_the_summary_covers_every_step_exactly(small_bounds):
 
 
 def test_a_median_over_too_many_distinct_times_is_not_made_up(monkeypatch):
-    monkeypatch.setattr(logparse, "MEDIAN_VALUES", 3)
+    monkeypatch.setattr(logbounds, "MEDIAN_VALUES", 3)
     times = logparse.parse_lines([line(n, ms=float(n)) for n in range(1, 6)])["summary"]["elapsed_ms"]
     assert times["median"] is None and "more than 3 distinct step times" in times["median_unavailable"]
     assert (times["min"], times["max"], times["count"]) == (1.0, 5.0, 5)
