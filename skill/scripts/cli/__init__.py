@@ -22,7 +22,7 @@ from attune.core.errors import AttuneError, InputError
 
 # the verbs register themselves in VERBS as their modules load, in this order (the order of --help)
 from . import verbs_campaign, verbs_runs, verbs_tools  # noqa: F401
-from .base import INPUT_METAVARS, VERBS
+from .base import INPUT_METAVARS, VERBS, add_common, chosen_parser
 
 __all__ = ["INPUT_METAVARS", "VERBS", "build_parser", "main"]
 
@@ -33,18 +33,9 @@ def build_parser() -> argparse.ArgumentParser:
                                      epilog="Exit codes: 0 ok, 1 check failed, 2 usage or bad input, 3 integrity.")
     sub = parser.add_subparsers(dest="verb", metavar="VERB")
     sub.required = True
-    common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--campaign", metavar="DIR",
-                        help="campaign directory (default: $ATTUNE_CAMPAIGN_DIR, else the current directory)")
-    common.add_argument("--json", action="store_true", help="print one JSON object")
-    with_config = argparse.ArgumentParser(add_help=False)
-    with_config.add_argument("--config", metavar="FILE",
-                             help="config.env to read settings from (always read and checked; its values are "
-                                  "ignored once the campaign froze its own)")
-    # --config only where a verb reads settings: a file given to a verb that would ignore it is refused by argparse
     for name, spec in VERBS.items():
-        p = sub.add_parser(name, help=spec.help, description=spec.help,
-                           parents=[common, with_config] if spec.config else [common])
+        p = sub.add_parser(name, help=spec.help, description=spec.help)
+        add_common(p, spec.config)
         p.set_defaults(func=spec.func)
         if spec.arguments is not None:
             spec.arguments(p)
@@ -59,8 +50,7 @@ def _within_lock(parser, args) -> None:
     if not lock or not getattr(args, "verb", None):
         return
     root = Path(lock).expanduser().resolve()
-    action = next(a for a in parser._actions if a.__class__.__name__ == "_SubParsersAction")
-    for item in action.choices[args.verb]._actions:
+    for item in chosen_parser(parser, args)._actions:
         if item.dest == "campaign":  # resolve_dir refuses another campaign, with its own message
             continue
         kind = "output" if item.metavar == "OUT" else "input" if item.metavar in INPUT_METAVARS else None

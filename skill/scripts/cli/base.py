@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import collections
 import json
 import sys
@@ -55,3 +56,42 @@ def check_config(args) -> None:
     """Read ``--config`` where this form of a verb needs no settings: a file given is never ignored unread."""
     if getattr(args, "config", None) is not None:
         settings_mod.parse_env_file(args.config)
+
+
+def add_common(parser, config: bool, nested: bool = False) -> None:
+    """The options every verb takes (``--campaign``, ``--json``), and ``--config`` where it reads settings (a file
+    given to a verb that would ignore it is refused by argparse). On a subcommand (``nested``) they may come
+    after its name too, and leave what was given before it as it was."""
+    unset = argparse.SUPPRESS if nested else None
+    parser.add_argument("--campaign", metavar="DIR", default=unset,
+                        help="campaign directory (default: $ATTUNE_CAMPAIGN_DIR, else the current directory)")
+    parser.add_argument("--json", action="store_true", default=argparse.SUPPRESS if nested else False,
+                        help="print one JSON object")
+    if config:
+        parser.add_argument("--config", metavar="FILE", default=unset,
+                            help="config.env to read settings from (always read and checked; its values are "
+                                 "ignored once the campaign froze its own)")
+
+
+def subcommands(parser, handlers: dict, config: bool = False):
+    """A verb's subcommands (``attune rows build``): ``handlers`` maps each name to ``(help, arguments, handler)``;
+    the chosen one's handler is ``args.handler``, its name ``args.action``."""
+    sub = parser.add_subparsers(dest="action", metavar="ACTION")
+    sub.required = True
+    for name, (help_text, arguments, handler) in handlers.items():
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        add_common(p, config, nested=True)
+        p.set_defaults(handler=handler)
+        arguments(p)
+    return sub
+
+
+def chosen_parser(parser, args):
+    """The innermost parser of the command line ``args`` came from (a verb's, or its subcommand's)."""
+    names = [getattr(args, "verb", None), getattr(args, "action", None)]
+    for name in names:
+        action = next((a for a in parser._actions if isinstance(a, argparse._SubParsersAction)), None)
+        if action is None or name not in action.choices:
+            break
+        parser = action.choices[name]
+    return parser

@@ -9,7 +9,7 @@ from attune.campaign import ledger as campaign_mod
 from attune.core import settings as settings_mod
 from attune.core.errors import EXIT_CHECK_FAILED, EXIT_OK, CheckFailed, InputError
 
-from .base import campaign_dir, campaign_settings, check_config, emit, verb
+from .base import campaign_dir, campaign_settings, check_config, emit, subcommands, verb
 
 
 def _metrics_arguments(p) -> None:
@@ -228,95 +228,103 @@ def _steps(text):
     return first, last
 
 
-def _rows_arguments(p) -> None:
-    p.add_argument("action", choices=["build", "from-slime", "to-slime", "sha", "check"],
-                   help="build: write rows; from-slime: slime rollout dumps to rows; to-slime: rows to slime "
-                        "dumps; sha: print rows_sha256; check: verify a rows file")
-    p.add_argument("file", nargs="*", metavar="FILE", help="sha, check: the rows file (.parquet) or a dump's attune_dump.json; "
-                                           "to-slime: the rows file; from-slime: the dumps (.pt files, or a "
-                                           "template with {rollout_id})")
-    p.add_argument("--input", metavar="FILE", help="build: records, .jsonl or .parquet (messages, or prompt/"
-                                                   "response)")
-    p.add_argument("--tokenizer", metavar="DIR", help="build: a local Hugging Face tokenizer directory")
-    p.add_argument("--seq-length", type=int, metavar="N",
-                   help="build: the workload's sequence length; from-slime: the row length (default: the "
-                        "longest sample rounded up to a multiple of 128); check: expected (default: the file's)")
-    p.add_argument("--out", metavar="OUT", help="build, from-slime: the rows file to write (.parquet); "
-                                                 "to-slime: the folder to write the dump to")
+def _rows_build_arguments(p) -> None:
+    p.add_argument("--input", required=True, metavar="FILE",
+                   help="records, .jsonl or .parquet (messages, or prompt/response)")
+    p.add_argument("--tokenizer", required=True, metavar="DIR", help="a local Hugging Face tokenizer directory")
+    p.add_argument("--seq-length", required=True, type=int, metavar="N", help="the workload's sequence length")
+    p.add_argument("--out", required=True, metavar="OUT", help="the rows file to write (.parquet)")
     p.add_argument("--overlong", choices=["drop", "truncate"], default="drop",
-                   help="build: what to do with a record longer than a row (default drop; both are counted)")
-    p.add_argument("--vocab-size", type=int, metavar="V",
-                   help="from-slime: the model's vocabulary size, checked and recorded; check: token ids "
-                        "must be below V (default: the one recorded in the file)")
+                   help="what to do with a record longer than a row (default drop; both are counted)")
+
+
+def _rows_build(args) -> int:
+    from attune.data import rows as rows_mod  # imported where used: pyarrow and transformers are heavy
+    summary = rows_mod.build(args.input, args.tokenizer, args.seq_length, args.out, args.overlong,
+                             log=lambda text: print("attune rows: %s" % text, file=sys.stderr))
+    counts = summary["counts"]
+    lines = ["out: %s" % summary["out"], "tokenizer: %s" % summary["tokenizer"],
+             "tokenizer_sha256: %s" % summary["tokenizer_sha256"], "seq_length: %d" % summary["seq_length"],
+             "overlong: %s" % summary["overlong"]]
+    lines += ["%s: %s" % item for item in sorted(counts.items())]
+    lines += ["packing_efficiency: %.4f" % summary["packing_efficiency"], "seconds: %.3f" % summary["seconds"],
+              "tokens_per_s: %.1f" % summary["tokens_per_s"], "rows_sha256: %s" % summary["rows_sha256"]]
+    emit(args, summary, "\n".join(lines))
+    return EXIT_OK
+
+
+def _rows_from_slime_arguments(p) -> None:
+    p.add_argument("file", nargs="+", metavar="FILE",
+                   help="the dumps: .pt files slime's --save-debug-rollout-data wrote, or their template with "
+                        "{rollout_id}")
+    p.add_argument("--out", required=True, metavar="OUT", help="the rows file to write (.parquet)")
+    p.add_argument("--seq-length", type=int, metavar="N",
+                   help="the row length (default: the longest sample rounded up to a multiple of 128)")
+    p.add_argument("--vocab-size", type=int, metavar="V", help="the model's vocabulary size, checked and recorded")
     p.add_argument("--pad-token-id", type=int, default=0, metavar="P",
-                   help="from-slime: the token that fills a row after its last sample (default 0)")
+                   help="the token that fills a row after its last sample (default 0)")
+
+
+def _rows_from_slime(args) -> int:
+    from attune.data import rollout as rollout_mod  # imported where used: torch is heavy
+    summary = rollout_mod.from_slime(args.file, args.out, args.seq_length, args.vocab_size, args.pad_token_id)
+    lines = ["out: %s" % summary["out"], "source: %s" % summary["source"],
+             "rollout_ids: %s" % " ".join(map(str, summary["rollouts"])), "seq_length: %d" % summary["seq_length"]]
+    lines += ["%s: %s" % item for item in sorted(summary["counts"].items())]
+    lines.append("rows_sha256: %s" % summary["rows_sha256"])
+    emit(args, summary, "\n".join(lines))
+    return EXIT_OK
+
+
+def _rows_to_slime_arguments(p) -> None:
+    p.add_argument("file", metavar="FILE", help="the rows file (.parquet)")
+    p.add_argument("--out", required=True, metavar="OUT", help="the folder to write the dump to")
+
+
+def _rows_to_slime(args) -> int:
+    from attune.data import rollout as rollout_mod
+    summary = rollout_mod.to_slime(args.file, args.out)
+    lines = ["out: %s" % summary["out"], "manifest: %s" % summary["manifest"],
+             "rollout_ids: %s" % " ".join(map(str, summary["rollouts"])), "samples: %d" % summary["samples"],
+             "seq_length: %d" % summary["seq_length"], "rows_sha256: %s" % summary["rows_sha256"],
+             "launch: %s" % summary["launch"]]
+    if summary["missing_rollouts"]:
+        lines.append("note: no rollout %s in the rows: slime reads every id from --start-rollout-id to "
+                     "--num-rollout - 1" % ", ".join(map(str, summary["missing_rollouts"])))
+    emit(args, summary, "\n".join(lines))
+    return EXIT_OK
+
+
+def _rows_file_argument(p) -> None:
+    p.add_argument("file", metavar="FILE", help="the rows file (.parquet) or a dump's attune_dump.json")
+
+
+def _rows_sha(args) -> int:
+    from attune.data import rollout as rollout_mod, rows as rows_mod
+    sha, meta = (rollout_mod.dump_sha256 if rollout_mod.is_manifest(args.file) else rows_mod.rows_sha256)(args.file)
+    emit(args, {"file": args.file, "rows_sha256": sha, "seq_length": meta["seq_length"]},
+         "file: %s\nrows_sha256: %s" % (args.file, sha))
+    return EXIT_OK
+
+
+def _rows_check_arguments(p) -> None:
+    _rows_file_argument(p)
+    p.add_argument("--seq-length", type=int, metavar="N", help="the expected row length (default: the file's)")
+    p.add_argument("--vocab-size", type=int, metavar="V",
+                   help="token ids must be below V (default: the one recorded in the file)")
     p.add_argument("--expect-sha", metavar="HEX",
-                   help="check: the expected rows_sha256 (default: the campaign's ATTUNE_ROWS_SHA256)")
+                   help="the expected rows_sha256 (default: the campaign's ATTUNE_ROWS_SHA256)")
 
 
-@verb("rows", "the fixed-length training rows: build (records and a tokenizer to Parquet), from-slime / to-slime "
-              "(slime rollout dumps to rows and back), sha (print rows_sha256), check (lengths, dtypes, ids, masks, "
-              "boundaries and the hash; exit 1 naming each problem's row and field)",
-              arguments=_rows_arguments, config=False)
-def cmd_rows(args) -> int:
-    # imported where used: pyarrow, transformers and torch are heavy
-    from attune.data import check as check_mod, rollout as rollout_mod, rows as rows_mod
-    if args.action == "build":
-        missing = [flag for flag, value in (("--input", args.input), ("--tokenizer", args.tokenizer),
-                                            ("--seq-length", args.seq_length), ("--out", args.out)) if value is None]
-        if missing or args.file:
-            raise InputError("rows build takes --input FILE --tokenizer DIR --seq-length N --out FILE.parquet "
-                             "(missing: %s). Fix: give all four, and no positional FILE" % (", ".join(missing) or "none"))
-        summary = rows_mod.build(args.input, args.tokenizer, args.seq_length, args.out, args.overlong,
-                                 log=lambda text: print("attune rows: %s" % text, file=sys.stderr))
-        counts = summary["counts"]
-        lines = ["out: %s" % summary["out"], "tokenizer: %s" % summary["tokenizer"],
-                 "tokenizer_sha256: %s" % summary["tokenizer_sha256"], "seq_length: %d" % summary["seq_length"],
-                 "overlong: %s" % summary["overlong"]]
-        lines += ["%s: %s" % item for item in sorted(counts.items())]
-        lines += ["packing_efficiency: %.4f" % summary["packing_efficiency"], "seconds: %.3f" % summary["seconds"],
-                  "tokens_per_s: %.1f" % summary["tokens_per_s"], "rows_sha256: %s" % summary["rows_sha256"]]
-        emit(args, summary, "\n".join(lines))
-        return EXIT_OK
-    if args.action == "from-slime":
-        if not args.file or not args.out:
-            raise InputError("rows from-slime takes DUMP... --out FILE.parquet (a DUMP: a .pt file slime's "
-                             "--save-debug-rollout-data wrote, or its template with {rollout_id}). Fix: give both")
-        summary = rollout_mod.from_slime(args.file, args.out, args.seq_length, args.vocab_size, args.pad_token_id)
-        lines = ["out: %s" % summary["out"], "source: %s" % summary["source"],
-                 "rollout_ids: %s" % " ".join(map(str, summary["rollouts"])), "seq_length: %d" % summary["seq_length"]]
-        lines += ["%s: %s" % item for item in sorted(summary["counts"].items())]
-        lines.append("rows_sha256: %s" % summary["rows_sha256"])
-        emit(args, summary, "\n".join(lines))
-        return EXIT_OK
-    if len(args.file) != 1:
-        raise InputError("rows %s takes one file: attune rows %s FILE.parquet (or a dump's %s)"
-                         % (args.action, args.action, rollout_mod.MANIFEST))
-    path = args.file[0]
-    if args.action == "to-slime":
-        if not args.out:
-            raise InputError("rows to-slime takes FILE.parquet --out DIR. Fix: give the folder to write the dump to")
-        summary = rollout_mod.to_slime(path, args.out)
-        lines = ["out: %s" % summary["out"], "manifest: %s" % summary["manifest"],
-                 "rollout_ids: %s" % " ".join(map(str, summary["rollouts"])), "samples: %d" % summary["samples"],
-                 "seq_length: %d" % summary["seq_length"], "rows_sha256: %s" % summary["rows_sha256"],
-                 "launch: %s" % summary["launch"]]
-        if summary["missing_rollouts"]:
-            lines.append("note: no rollout %s in the rows: slime reads every id from --start-rollout-id to "
-                         "--num-rollout - 1" % ", ".join(map(str, summary["missing_rollouts"])))
-        emit(args, summary, "\n".join(lines))
-        return EXIT_OK
-    dump = rollout_mod.is_manifest(path)
-    if args.action == "sha":
-        sha, meta = (rollout_mod.dump_sha256 if dump else rows_mod.rows_sha256)(path)
-        emit(args, {"file": path, "rows_sha256": sha, "seq_length": meta["seq_length"]},
-              "file: %s\nrows_sha256: %s" % (path, sha))
-        return EXIT_OK
+def _rows_check(args) -> int:
+    from attune.data import check as check_mod, rollout as rollout_mod
+    path = args.file
     expect, source = args.expect_sha, "--expect-sha"
     frozen = settings_mod.frozen_path(campaign_dir(args))
     if expect is None and frozen.exists():
-        expect, source = settings_mod.for_campaign(campaign_dir(args)).rows_sha256 or None, "ATTUNE_ROWS_SHA256 in %s" % frozen
-    if dump:
+        expect = settings_mod.for_campaign(campaign_dir(args)).rows_sha256 or None
+        source = "ATTUNE_ROWS_SHA256 in %s" % frozen
+    if rollout_mod.is_manifest(path):
         result = check_mod.check_dump(path, args.seq_length, expect, source)
     else:
         result = check_mod.check(path, args.seq_length, args.vocab_size, expect, source)
@@ -331,3 +339,23 @@ def cmd_rows(args) -> int:
         raise CheckFailed("%s: %d problem(s), listed on stdout; the first: %s"
                           % (path, result["problem_count"], result["problems"][0]))
     return EXIT_OK
+
+
+ROWS = {
+    "build": ("write rows: records and a tokenizer to a Parquet file of fixed-length rows", _rows_build_arguments,
+              _rows_build),
+    "from-slime": ("slime rollout dumps to rows", _rows_from_slime_arguments, _rows_from_slime),
+    "to-slime": ("rows to a slime rollout dump (for --load-debug-rollout-data)", _rows_to_slime_arguments,
+                 _rows_to_slime),
+    "sha": ("print the rows' canonical rows_sha256", _rows_file_argument, _rows_sha),
+    "check": ("verify a rows file: lengths, dtypes, ids, masks, boundaries and the hash (exit 1 naming each "
+              "problem's row and field)", _rows_check_arguments, _rows_check),
+}
+
+
+@verb("rows", "the fixed-length training rows: build (records and a tokenizer to Parquet), from-slime / to-slime "
+              "(slime rollout dumps to rows and back), sha (print rows_sha256), check (lengths, dtypes, ids, masks, "
+              "boundaries and the hash; exit 1 naming each problem's row and field)",
+      arguments=lambda p: subcommands(p, ROWS), config=False)
+def cmd_rows(args) -> int:
+    return args.handler(args)

@@ -283,11 +283,21 @@ def _subparsers():
     return action.choices
 
 
+def _actions(parser):
+    """A parser's arguments, and its subcommands' (``attune rows build``)."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                yield from _actions(sub)
+        else:
+            yield action
+
+
 def file_arguments() -> set:
-    """``(verb, dest)`` of every argument that names a file or folder a verb reads."""
+    """``(verb, dest)`` of every argument that names a file or folder a verb (or one of its subcommands) reads."""
     found = set()
     for verb, sub in _subparsers().items():
-        for action in sub._actions:
+        for action in _actions(sub):
             if action.metavar in cli.INPUT_METAVARS and action.dest != "campaign":
                 found.add((verb, action.dest))
     return found

@@ -9,6 +9,7 @@ trees with an import that points up, sideways or outside the namespace, to show 
 from __future__ import annotations
 
 import ast
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -163,9 +164,14 @@ def test_the_wheel_installs_one_top_level_package(tmp_path):
     """``pip install .`` puts ``attune`` (and its dist-info and console script) into site-packages and nothing
     else: the built wheel is installed into an empty folder, its subpackages import from there in an
     isolated interpreter, and no other name of this project imports."""
+    source = tmp_path / "source"  # a copy of what the build reads: setuptools would leave build/ in the checkout
+    shutil.copytree(str(SCRIPTS), str(source / "skill" / "scripts"),
+                    ignore=shutil.ignore_patterns("__pycache__", "*.pyc", ".pytest_cache"))
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(str(REPO / name), str(source / name))
     wheels = tmp_path / "wheels"
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "--disable-pip-version-check",
-                    "-w", str(wheels), str(REPO)], check=True, timeout=300, cwd=tmp_path)
+                    "-w", str(wheels), str(source)], check=True, timeout=300, cwd=tmp_path)
     (wheel,) = wheels.glob("attune-*.whl")
     with zipfile.ZipFile(wheel) as archive:
         names = archive.namelist()

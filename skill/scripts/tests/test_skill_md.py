@@ -84,6 +84,11 @@ def _check_command(line, argv):
     verb = argv[0]
     assert verb in cli.VERBS, "unknown verb %r in: %s" % (verb, line)
     sub = subs[verb]
+    nested = next((a for a in sub._actions if a.__class__.__name__ == "_SubParsersAction"), None)
+    if nested is not None:  # rows build|sha|...: the subcommand comes first, and takes the options
+        assert len(argv) > 1 and argv[1] in nested.choices, "%s needs one of %s first (in: %s)" % (
+            verb, sorted(nested.choices), line)
+        sub = nested.choices[argv[1]]
     options = {opt for action in sub._actions for opt in action.option_strings}
     for token in argv[1:]:
         if token == "--":  # what follows is kube exec's program and its own arguments
@@ -92,8 +97,8 @@ def _check_command(line, argv):
             flag = token.split("=", 1)[0]
             assert flag in options, "%s does not take %s (in: %s); it takes %s" % (
                 verb, flag, line, ", ".join(sorted(options)))
-    choices = [a for a in sub._actions if not a.option_strings and a.choices]
-    if choices:  # candidate new, rows build|sha|check: the subcommand comes first
+    choices = [a for a in sub._actions if not a.option_strings and a.choices and nested is None]
+    if choices:  # candidate new, kube get|...: the action comes first
         assert len(argv) > 1 and argv[1] in choices[0].choices, "%s needs one of %s first (in: %s)" % (
             verb, sorted(choices[0].choices), line)
     values = [TYPED_PLACEHOLDERS.get(token, token) for token in argv]
