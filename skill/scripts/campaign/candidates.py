@@ -15,12 +15,16 @@ import os
 import re
 from typing import Optional
 
-from attune.core import legality, levers as levers_mod, workload
+from attune.core import files, legality, levers as levers_mod, workload
 from attune.core.errors import CheckFailed, InputError
 from attune.core.recipe import Recipe, diff
 
 from .ledger import RUNS, Campaign
 
+RECORD = "candidate.json"
+# what the launch row of a candidate copies from its record; its pod_hooks are merged with the campaign's and the
+# launch's, and its projection carried (runs.launch_candidate); the rest is the run's: purpose, recipe, GPUs, backend
+LAUNCH_FIELDS = ("change", "lever", "hypothesis", "leave_out")
 RUN_NUMBER = re.compile(r"^r(\d+)$")
 K8S_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 
@@ -81,7 +85,7 @@ def _parent(campaign: Campaign, settings, parent: str) -> Recipe:
 
 
 def _record(campaign: Campaign, run: str) -> Optional[dict]:
-    path = campaign.run_dir(run) / "candidate.json"
+    path = campaign.run_dir(run) / RECORD
     try:
         return json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
@@ -197,10 +201,7 @@ def new(campaign: Campaign, settings, parent: str, changes: list, lever: str, hy
     problems = workload.compare(baseline, child)
     if problems:
         raise InputError("; ".join(problems))
-    violations = legality.check(child.args(), child.env(), child.gpus(), gpu, trusted=baseline.args())
-    if violations:
-        raise CheckFailed("the candidate is not a legal Megatron-LM configuration: %s"
-                          % "; ".join(str(v) for v in violations))
+    legality.require(child, gpu, trusted=baseline.args(), what="the candidate")
     projection = projected(child, gpu)
     if projection is not None and not projection["fits"] and not force:
         raise CheckFailed("the projection says the candidate does not fit in GPU memory on %s: %s. Fix: choose a "
@@ -219,5 +220,24 @@ def new(campaign: Campaign, settings, parent: str, changes: list, lever: str, hy
     record["gate_config"] = gate_config(baseline, child, settings)
     if projection is not None:
         record["projection"] = projection
-    (directory / "candidate.json").write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+    (directory / RECORD).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
     return record
+
+
+def read_record(path) -> dict:
+    """A candidate's record (``runs/<run>/candidate.json``), as ``new`` wrote it."""
+    text = files.read_text(path, "candidate record", "write the run again with `attune candidate new`")
+    try:
+        record = json.loads(text)
+    except ValueError as exc:
+        raise InputError("%s: not JSON (%s), so not a candidate record. Fix: write the run again with `attune "
+                         "candidate new`" % (path, exc))
+    if not isinstance(record, dict) or not isinstance(record.get("parent"), str):
+        raise InputError("%s: not a candidate record (no parent). Fix: write the run again with `attune candidate "
+                         "new`" % path)
+    return record
+
+
+def launch_fields(record: dict) -> dict:
+    """What the candidate's launch row records of it (``LAUNCH_FIELDS`` it has)."""
+    return {key: record[key] for key in LAUNCH_FIELDS if record.get(key) is not None}

@@ -7,6 +7,7 @@ nothing.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import hashlib
 import json
@@ -22,7 +23,7 @@ from attune.core.recipe import Recipe
 from attune.core.triage import CLASSES
 
 from . import backends, budget as budget_mod, podhooks, snapshot as snapshot_mod
-from .candidates import allocate_run, load_baseline, projected
+from .candidates import RECORD, allocate_run, launch_fields, load_baseline, projected, read_record
 from .finalize import RunFacts, finalize as finalize_run
 from .ledger import Campaign
 from .runview import SUBMIT_FAILED
@@ -61,64 +62,81 @@ def _never_ran(rows: list) -> set:
             if row["kind"] == "result" and (row.get("failure") or {}).get("class") == SUBMIT_FAILED}
 
 
-def launch(campaign: Campaign, settings, run: str = None, baseline: bool = False, repeat_of: str = None,
-           confirm: bool = False, expected_gpu_hours: float = None, gpu: str = None, pod_hooks: list = None,
-           profile_of: str = None) -> dict:
-    """Launch a candidate (``run``), a baseline run, a repeat/confirmation of ``repeat_of``, or a profile
-    run of ``profile_of`` (its recipe through the ``profiler`` and ``gpu_facts`` hooks; never ranked).
-    ``pod_hooks`` (records from ``podhooks.parse``) add to a candidate's own and override them by name."""
-    if sum(bool(x) for x in (run, baseline, repeat_of, profile_of)) != 1:
-        raise InputError("give exactly one of RUN, --baseline, --repeat-of RUN or --profile-of RUN")
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    """What a launch submits: its purpose and parent, the recipe's text (whose bytes ``recipe_sha256`` hashes)
+    and where it was read, and the candidate record it launches (``{}`` for other runs)."""
+    purpose: str
+    parent: Optional[str]
+    text: str
+    recipe_path: object
+    record: dict = dataclasses.field(default_factory=dict)
+    repeat_of: Optional[str] = None  # the run whose recipe it runs again (a repeat, confirmation or profile)
+
+
+def launch_baseline(campaign: Campaign, settings, expected_gpu_hours: float = None, gpu: str = None,
+                    pod_hooks: list = None) -> dict:
+    """Launch the baseline (``ATTUNE_BASELINE_YAML``): the first time purpose ``baseline``, after that a repeat of it."""
+    recipe = workload.enforce(load_baseline(settings))
+    legality.require(recipe, gpu, what="the baseline")
+    first = _first_baseline(_launch_rows(campaign), _never_ran(campaign.ledger.rows()))
+    plan = Plan("repeat" if first else "baseline", first, recipe.render(), settings.baseline_yaml)
+    return _submit(campaign, settings, plan, expected_gpu_hours, gpu, pod_hooks)
+
+
+def launch_candidate(campaign: Campaign, settings, run: str, expected_gpu_hours: float = None, gpu: str = None,
+                     pod_hooks: list = None) -> dict:
+    """Launch the candidate ``run`` that ``attune candidate new`` wrote (its recipe and record); ``pod_hooks``
+    (records from ``podhooks.parse``) add to its own and override them by name."""
     ledger_rows = campaign.ledger.rows()
-    launches = _launch_rows(campaign, ledger_rows)
-    never_ran = _never_ran(ledger_rows)
-    first_baseline = _first_baseline(launches, never_ran)
-    record = {}
-    if baseline:
-        recipe = workload.enforce(load_baseline(settings))
-        violations = legality.check(recipe.args(), recipe.env(), recipe.gpus(), gpu, trusted=recipe.args())
-        if violations:
-            raise CheckFailed("the baseline is not a legal Megatron-LM configuration: %s"
-                              % "; ".join(str(v) for v in violations))
-        purpose, parent = ("repeat", first_baseline) if first_baseline else ("baseline", None)
-        text, recipe_path = recipe.render(), settings.baseline_yaml
-    elif repeat_of or profile_of:
-        source = repeat_of or profile_of
-        if source not in launches:
-            raise InputError("--%s %s: the ledger has no launch of that run"
-                             % ("repeat-of" if repeat_of else "profile-of", source))
-        recipe_path = campaign.run_dir(source) / "recipe.yaml"
-        text = _recipe_text(recipe_path)
-        purpose, parent = ("profile" if profile_of else "confirm" if confirm else "repeat"), source
-        if profile_of:
-            record = {"pod_hooks": PROFILE_HOOKS}
-    else:
-        if run in never_ran:
-            raise InputError("run %s was launched and its submission failed (class %s): a run id is used once. Fix: "
-                             "write the candidate again with `attune candidate new` and launch that" % (run, SUBMIT_FAILED))
-        if run in launches:
-            raise InputError("run %s was launched already; repeat it with --repeat-of %s" % (run, run))
-        path = campaign.run_dir(run) / "candidate.json"
-        if not path.is_file():
-            raise InputError("run %s has no candidate record (%s). Fix: write it with `attune candidate new`"
-                             % (run, path))
-        record = _candidate_record(path)
-        recipe_path = campaign.run_dir(run) / "recipe.yaml"
-        text = _recipe_text(recipe_path)
-        purpose = "candidate"
-        parent = first_baseline if record["parent"] == "baseline" else record["parent"]
-        if parent is None:
-            raise InputError("launch the baseline first (`attune launch --baseline`): the candidate's parent is it")
-    recipe = Recipe(text, str(recipe_path)).require_gpus()
+    launches, never_ran = _launch_rows(campaign, ledger_rows), _never_ran(ledger_rows)
+    if run in never_ran:
+        raise InputError("run %s was launched and its submission failed (class %s): a run id is used once. Fix: "
+                         "write the candidate again with `attune candidate new` and launch that" % (run, SUBMIT_FAILED))
+    if run in launches:
+        raise InputError("run %s was launched already; repeat it with --repeat-of %s" % (run, run))
+    path = campaign.run_dir(run) / RECORD
+    if not path.is_file():
+        raise InputError("run %s has no candidate record (%s). Fix: write it with `attune candidate new`"
+                         % (run, path))
+    record = read_record(path)
+    first = _first_baseline(launches, never_ran)
+    parent = first if record["parent"] == "baseline" else record["parent"]
+    if parent is None:
+        raise InputError("launch the baseline first (`attune launch --baseline`): the candidate's parent is it")
+    recipe_path = campaign.run_dir(run) / "recipe.yaml"
+    plan = Plan("candidate", parent, _recipe_text(recipe_path), recipe_path, record)
+    return _submit(campaign, settings, plan, expected_gpu_hours, gpu, pod_hooks, run=run)
+
+
+def launch_repeat(campaign: Campaign, settings, source: str, confirm: bool = False, profile: bool = False,
+                  expected_gpu_hours: float = None, gpu: str = None, pod_hooks: list = None) -> dict:
+    """Launch ``source``'s recipe again: a repeat, its paired confirmation (``confirm``), or a profile run
+    (``profile``: through the ``profiler`` and ``gpu_facts`` hooks; never ranked)."""
+    option = "profile-of" if profile else "repeat-of"
+    if source not in _launch_rows(campaign):
+        raise InputError("--%s %s: the ledger has no launch of that run" % (option, source))
+    recipe_path = campaign.run_dir(source) / "recipe.yaml"
+    purpose = "profile" if profile else "confirm" if confirm else "repeat"
+    plan = Plan(purpose, source, _recipe_text(recipe_path), recipe_path,
+                {"pod_hooks": PROFILE_HOOKS} if profile else {}, repeat_of=source)
+    return _submit(campaign, settings, plan, expected_gpu_hours, gpu, pod_hooks)
+
+
+def _submit(campaign: Campaign, settings, plan: Plan, expected_gpu_hours, gpu, pod_hooks, run: str = None) -> dict:
+    """The one submit step of every launch: hooks, budget, backend and rows checked before anything is written,
+    then the launch row, then the job; a submission that fails closes its launch at once, charging nothing."""
+    recipe = Recipe(plan.text, str(plan.recipe_path)).require_gpus()
+    record = plan.record
     campaign_hooks = podhooks.parse(settings.pod_hooks.split(), where="ATTUNE_POD_HOOKS")
     hooks = _merge_hooks(campaign_hooks + list(record.get("pod_hooks") or []), pod_hooks or [])
     if hooks:  # checked before anything is written
         podhooks.check(hooks)
         podhooks.scripts_dir(settings)
     snap = snapshot_mod.take(campaign.dir)
-    if confirm and repeat_of and snap.ranking.recipe_of(repeat_of).gate == "fail":
+    if plan.purpose == "confirm" and snap.ranking.recipe_of(plan.repeat_of).gate == "fail":
         raise CheckFailed("run %s's recipe failed the correctness gate: it can never lead, so a confirmation would "
-                          "spend budget on nothing. Fix: try another candidate" % repeat_of)
+                          "spend budget on nothing. Fix: try another candidate" % plan.repeat_of)
     budget_mod.check_launch(snap.budget, expected_gpu_hours)
     # the backend is reached and the recipe checked against its rules before anything is written: a backend that
     # cannot be used (an unknown kube context) or a recipe it refuses leaves no launch row and uses no run id
@@ -130,15 +148,16 @@ def launch(campaign: Campaign, settings, run: str = None, baseline: bool = False
         rows = check_rows(settings)
     if not run:
         run, directory = allocate_run(campaign, settings.run_prefix)
-        (directory / "recipe.yaml").write_text(text, encoding="utf-8")
-    payload = {"run": run, "purpose": purpose, "recipe_sha256": hashlib.sha256(text.encode("utf-8")).hexdigest(),
-               "gpus": recipe.gpus(), "backend": settings.backend}
+        (directory / "recipe.yaml").write_text(plan.text, encoding="utf-8")
+    payload = {"run": run, "purpose": plan.purpose,
+               "recipe_sha256": hashlib.sha256(plan.text.encode("utf-8")).hexdigest(), "gpus": recipe.gpus(),
+               "backend": settings.backend}
     if Path(recipe.command.program).name == SIMULATED_PROGRAM:  # every output marks such a run SIMULATED
         payload["simulated"] = True
     if any(hook["name"] == "cpu" for hook in hooks):  # a real program on a CPU: every output marks it cpu
         payload["cpu"] = True
     projection = record.get("projection")
-    if projection is None and purpose in ("baseline", "repeat", "confirm"):
+    if projection is None and plan.purpose in ("baseline", "repeat", "confirm"):
         try:  # what the projection expected, beside what the run will measure (RESULTS.md compares them)
             projection = projected(recipe, gpu)
         except InputError:
@@ -153,12 +172,10 @@ def launch(campaign: Campaign, settings, run: str = None, baseline: bool = False
     if rows:  # the job checks the rows it reads itself too (data/MEGATRON.md)
         submitted = submitted.apply([{"op": "set", "env": "ATTUNE_ROWS_PATH", "value": settings.rows_path},
                                      {"op": "set", "env": "ATTUNE_ROWS_SHA256", "value": rows}])
-    for key, value in (("parent", parent), ("change", record.get("change")), ("lever", record.get("lever")),
-                       ("hypothesis", record.get("hypothesis")), ("leave_out", record.get("leave_out")),
-                       ("expected_gpu_hours", expected_gpu_hours),
-                       ("pod_hooks", hooks or None), ("rows_sha256", rows), ("projection", projection)):
-        if value is not None:
-            payload[key] = value
+    fields = dict({"parent": plan.parent}, **launch_fields(record))  # a candidate's change, lever, hypothesis
+    fields.update(expected_gpu_hours=expected_gpu_hours, pod_hooks=hooks or None, rows_sha256=rows,
+                  projection=projection)
+    payload.update((key, value) for key, value in fields.items() if value is not None)
     row = campaign.append("launch", **payload)
     try:
         backend.submit(run, submitted.with_name(run), campaign.run_dir(run))
@@ -241,19 +258,6 @@ def ended_log(backend, run_dir: Path) -> tuple:
 def _recipe_text(path: Path) -> str:
     """A run's recipe text as written (its bytes are what ``recipe_sha256`` hashes)."""
     return files.read_text(path, "RayJob YAML recipe", "write the run again with `attune candidate new`")
-
-
-def _candidate_record(path: Path) -> dict:
-    text = files.read_text(path, "candidate record", "write the run again with `attune candidate new`")
-    try:
-        record = json.loads(text)
-    except ValueError as exc:
-        raise InputError("%s: not JSON (%s), so not a candidate record. Fix: write the run again with `attune "
-                         "candidate new`" % (path, exc))
-    if not isinstance(record, dict) or not isinstance(record.get("parent"), str):
-        raise InputError("%s: not a candidate record (no parent). Fix: write the run again with `attune candidate "
-                         "new`" % path)
-    return record
 
 
 def simulated_seconds(log: Path) -> Optional[float]:

@@ -128,9 +128,21 @@ def cmd_launch(args) -> int:
     from attune.campaign import runs as runs_mod
     campaign = campaign_mod.Campaign(campaign_dir(args))
     settings = campaign_settings(args, campaign)
-    row = runs_mod.launch(campaign, settings, run=args.run, baseline=args.baseline, repeat_of=args.repeat_of,
-                          confirm=args.confirm, expected_gpu_hours=args.expected_gpu_hours, gpu=args.gpu,
-                          pod_hooks=podhooks.parse(args.pod_hook), profile_of=args.profile_of)
+    given = [name for name, value in (("RUN", args.run), ("--baseline", args.baseline), ("--repeat-of", args.repeat_of),
+                                       ("--profile-of", args.profile_of)) if value]
+    if len(given) != 1:
+        raise InputError("give exactly one of RUN, --baseline, --repeat-of RUN or --profile-of RUN (given: %s)"
+                         % (", ".join(given) or "none"))
+    if args.confirm and not args.repeat_of:
+        raise InputError("--confirm is the paired confirmation of a candidate: give it with --repeat-of RUN")
+    common = dict(expected_gpu_hours=args.expected_gpu_hours, gpu=args.gpu, pod_hooks=podhooks.parse(args.pod_hook))
+    if args.baseline:
+        row = runs_mod.launch_baseline(campaign, settings, **common)
+    elif args.run:
+        row = runs_mod.launch_candidate(campaign, settings, args.run, **common)
+    else:
+        row = runs_mod.launch_repeat(campaign, settings, args.repeat_of or args.profile_of, confirm=args.confirm,
+                                     profile=bool(args.profile_of), **common)
     lines = ["run: %s" % row["run"], "purpose: %s" % row["purpose"], "gpus: %d" % row["gpus"],
              "backend: %s" % row["backend"]]
     lines += ["pod_hook: %s" % podhooks.describe(hook) for hook in row.get("pod_hooks", ())]

@@ -14,6 +14,8 @@ import difflib
 import re
 from typing import Mapping, Optional
 
+from .errors import CheckFailed
+
 # Flags that look plausible but Megatron-LM's command line does not have (or no longer uses).
 NOT_MEGATRON_FLAGS = {
     "--virtual-pipeline-model-parallel-size": "use --num-layers-per-virtual-pipeline-stage or "
@@ -151,6 +153,15 @@ def _pipeline_split(args: Mapping, layers: Optional[int], pp: int, per_vstage: O
                                  "--num-layers-per-virtual-pipeline-stage=%d" % (layers // pp, per_vstage),
                                  "choose a number of layers per virtual stage that divides the layers per stage"))
     return out
+
+
+def require(recipe, gpu: Optional[str] = None, trusted=None, what: str = "the recipe") -> None:
+    """Refuse a recipe that breaks a rule (``CheckFailed``, exit 1), naming every rule: the one refusal
+    ``candidate new`` (``what`` "the candidate", the baseline's flags trusted) and ``launch --baseline`` give."""
+    violations = check(recipe.args(), recipe.env(), recipe.gpus(), gpu,
+                       trusted=recipe.args() if trusted is None else trusted)
+    if violations:
+        raise CheckFailed("%s is not a legal Megatron-LM configuration: %s" % (what, "; ".join(map(str, violations))))
 
 
 def check(args: Mapping, env: Mapping, world_size: int, gpu: Optional[str] = None, trusted=()) -> list:

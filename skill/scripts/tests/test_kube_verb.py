@@ -18,7 +18,7 @@ from attune.campaign.kuberay import LABEL_RUN
 @pytest.fixture
 def launched(kube, cluster_campaign, monkeypatch):  # noqa: F811
     campaign, settings = cluster_campaign
-    run = runs.launch(campaign, settings, baseline=True, expected_gpu_hours=3.0)["run"]
+    run = runs.launch_baseline(campaign, settings, expected_gpu_hours=3.0)["run"]
     kube.rayjobs[("ml-tuning", run)]["status"] = {"jobStatus": "RUNNING", "jobDeploymentStatus": "Running",
                                                   "rayClusterName": run + "-raycluster"}
     kube.pods[run + "-raycluster-head-abc"] = {LABEL_RUN: run}

@@ -147,7 +147,7 @@ def cluster_campaign(kube, tmp_path, monkeypatch):
 def test_launch_finalize_on_the_cluster(kube, cluster_campaign):
     from attune.campaign import ranking, runs
     campaign, settings = cluster_campaign
-    row = runs.launch(campaign, settings, baseline=True, expected_gpu_hours=3.0)
+    row = runs.launch_baseline(campaign, settings, expected_gpu_hours=3.0)
     run = row["run"]
     assert row["gpus"] == 16 and ("ml-tuning", run) in kube.rayjobs
     assert runs.finalize(campaign, settings, run) is None  # pending, within the limit
@@ -166,7 +166,7 @@ def test_launch_finalize_on_the_cluster(kube, cluster_campaign):
 def test_a_run_pending_past_the_limit_is_torn_down_as_unschedulable(kube, cluster_campaign):
     from attune.campaign import runs
     campaign, settings = cluster_campaign
-    run = runs.launch(campaign, settings, baseline=True, expected_gpu_hours=3.0)["run"]
+    run = runs.launch_baseline(campaign, settings, expected_gpu_hours=3.0)["run"]
     kube.rayjobs[("ml-tuning", run)]["status"] = {"jobStatus": "PENDING", "jobDeploymentStatus": "Initializing"}
     kube.events = [{"type": "Warning", "reason": "FailedScheduling", "kind": "Pod", "name": run + "-head-abc",
                     "message": "0/4 nodes are available: 4 Insufficient nvidia.com/gpu."}]
@@ -185,12 +185,12 @@ def test_a_profile_run_on_the_cluster_is_wrapped_and_its_traces_come_through_the
 
     from attune.campaign import runs
     campaign, settings = cluster_campaign
-    base = runs.launch(campaign, settings, baseline=True, expected_gpu_hours=3.0)["run"]
+    base = runs.launch_baseline(campaign, settings, expected_gpu_hours=3.0)["run"]
     with pytest.raises(InputError, match="ATTUNE_POD_SCRIPTS is not set"):
-        runs.launch(campaign, settings, profile_of=base, expected_gpu_hours=3.0)
+        runs.launch_repeat(campaign, settings, base, profile=True, expected_gpu_hours=3.0)
     assert [row["run"] for row in campaign.ledger.rows() if row["kind"] == "launch"] == [base]
     settings = dataclasses.replace(settings, pod_scripts="/mnt/shared/attune/scripts")
-    row = runs.launch(campaign, settings, profile_of=base, expected_gpu_hours=3.0,
+    row = runs.launch_repeat(campaign, settings, base, profile=True, expected_gpu_hours=3.0,
                       pod_hooks=[{"name": "profiler", "args": {"start": "10", "end": "12", "ranks": "0,8"}}])
     run = row["run"]
     assert row["purpose"] == "profile" and row["recipe_sha256"] == \
@@ -271,7 +271,7 @@ def test_a_run_whose_log_stopped_is_torn_down_as_a_hang_and_charged_its_time(kub
 
     from attune.campaign import runs
     campaign, settings = cluster_campaign
-    run = runs.launch(campaign, settings, baseline=True, expected_gpu_hours=3.0)["run"]
+    run = runs.launch_baseline(campaign, settings, expected_gpu_hours=3.0)["run"]
     started = int(time.time()) - 2000
     kube.rayjobs[("ml-tuning", run)]["status"] = {"jobStatus": "RUNNING", "jobDeploymentStatus": "Running",
                                                   "startTime": _iso(started)}
@@ -306,7 +306,7 @@ def test_teardown_keeps_the_rayjobs_times(kube, backend, tmp_path):
 def test_events_do_not_fail_a_run_that_completed(kube, cluster_campaign):
     from attune.campaign import runs
     campaign, settings = cluster_campaign
-    run = runs.launch(campaign, settings, baseline=True, expected_gpu_hours=3.0)["run"]
+    run = runs.launch_baseline(campaign, settings, expected_gpu_hours=3.0)["run"]
     kube.events = [
         {"type": "Warning", "reason": "FailedScheduling", "kind": "Pod", "name": run + "-head-abc",
          "message": "0/4 nodes are available: 4 Insufficient nvidia.com/gpu."},
@@ -325,7 +325,7 @@ def test_a_run_torn_down_before_finalize_is_charged_from_its_start(kube, cluster
 
     from attune.campaign import runs
     campaign, settings = cluster_campaign
-    run = runs.launch(campaign, settings, baseline=True, expected_gpu_hours=3.0)["run"]
+    run = runs.launch_baseline(campaign, settings, expected_gpu_hours=3.0)["run"]
     started = int(time.time()) - 300
     kube.rayjobs[("ml-tuning", run)]["status"] = {"jobStatus": "RUNNING", "jobDeploymentStatus": "Running",
                                                   "startTime": _iso(started)}
@@ -352,7 +352,7 @@ def test_a_recipe_running_another_image_than_the_campaigns_is_refused(kube, back
 def test_a_failed_rayjobs_message_is_triaged_when_the_log_says_nothing(kube, cluster_campaign):
     from attune.campaign import runs
     campaign, settings = cluster_campaign
-    run = runs.launch(campaign, settings, baseline=True, expected_gpu_hours=3.0)["run"]
+    run = runs.launch_baseline(campaign, settings, expected_gpu_hours=3.0)["run"]
     tail = (DATA / "logs" / "C_failures" / "flingbot11_ray_oom_exception.log").read_text()  # real Ray text
     kube.rayjobs[("ml-tuning", run)]["status"] = {
         "jobStatus": "FAILED", "jobDeploymentStatus": "Complete", "reason": "AppFailed",
@@ -369,7 +369,7 @@ def test_a_failed_rayjobs_message_is_triaged_when_the_log_says_nothing(kube, clu
 def test_a_container_the_kernel_killed_for_memory_is_host_oom(kube, cluster_campaign):
     from attune.campaign import runs
     campaign, settings = cluster_campaign
-    run = runs.launch(campaign, settings, baseline=True, expected_gpu_hours=3.0)["run"]
+    run = runs.launch_baseline(campaign, settings, expected_gpu_hours=3.0)["run"]
     kube.rayjobs[("ml-tuning", run)]["status"] = {"jobStatus": "FAILED", "jobDeploymentStatus": "Complete",
                                                   "startTime": "2026-11-02T09:00:00Z", "endTime": "2026-11-02T09:10:00Z"}
     # the dump of kuberay4287_head_oomkilled.log: lastState.terminated with exitCode 137, reason OOMKilled
@@ -387,7 +387,7 @@ def test_a_container_the_kernel_killed_for_memory_is_host_oom(kube, cluster_camp
 def test_the_replay_reads_every_log_again_through_the_log_pod(kube, cluster_campaign):
     from attune.campaign import replay, runs
     campaign, settings = cluster_campaign
-    finished, failed = (runs.launch(campaign, settings, baseline=True, expected_gpu_hours=3.0)["run"] for _ in "ab")
+    finished, failed = (runs.launch_baseline(campaign, settings, expected_gpu_hours=3.0)["run"] for _ in "ab")
     for run, state, steps in ((finished, "SUCCEEDED", 20), (failed, "FAILED", 3)):
         kube.rayjobs[("ml-tuning", run)]["status"] = {"jobStatus": state, "jobDeploymentStatus": "Complete",
                                                       "startTime": "2026-11-02T09:00:00Z",
@@ -397,7 +397,7 @@ def test_the_replay_reads_every_log_again_through_the_log_pod(kube, cluster_camp
         runs.finalize(campaign, settings, run)
     kube.create_status = 403
     with pytest.raises(CheckFailed, match="closed as submit_failed"):
-        runs.launch(campaign, settings, baseline=True, expected_gpu_hours=3.0)
+        runs.launch_baseline(campaign, settings, expected_gpu_hours=3.0)
     closed = campaign.ledger.rows()[-1]["run"]
     # the RayJobs are gone, their exit codes with them: the finished row is derived with exit code 0, the failed
     # one on what its log gives, and the closed launch has no log

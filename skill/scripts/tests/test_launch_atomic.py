@@ -72,7 +72,7 @@ def test_a_refused_submission_is_closed_at_once_and_charges_nothing(kube, tmp_pa
         kube.create_status = refusal
     campaign, settings = campaign_on(tmp_path, budget)
     with pytest.raises(CheckFailed, match="could not be submitted.*closed as submit_failed: nothing is charged"):
-        runs.launch(campaign, settings, baseline=True, expected_gpu_hours=3.0)
+        runs.launch_baseline(campaign, settings, expected_gpu_hours=3.0)
     (launch,), (result,) = rows(campaign, "launch"), rows(campaign, "result")
     assert launch["run"] == result["run"] == "alice-llama8b-r001" and launch["purpose"] == "baseline"
     assert result["status"] == "failed" and result["failure"]["class"] == "submit_failed"
@@ -86,16 +86,16 @@ def test_a_refused_submission_is_closed_at_once_and_charges_nothing(kube, tmp_pa
     # the cluster answers again: the next try is the baseline (not a repeat of a run that never ran)
     kubeconfig(tmp_path, monkeypatch, kube.url)
     kube.create_status = None
-    again = runs.launch(campaign, settings, baseline=True, expected_gpu_hours=3.0)
+    again = runs.launch_baseline(campaign, settings, expected_gpu_hours=3.0)
     assert again["run"] == "alice-llama8b-r002" and again["purpose"] == "baseline" and "parent" not in again
     ranking = snapshot_mod.take(campaign.dir).ranking
     assert ranking.baseline.first.run == "alice-llama8b-r002"
     assert [run.run for run in ranking.in_flight] == ["alice-llama8b-r002"]
-    repeat = runs.launch(campaign, settings, baseline=True, expected_gpu_hours=3.0)
+    repeat = runs.launch_baseline(campaign, settings, expected_gpu_hours=3.0)
     assert repeat["purpose"] == "repeat" and repeat["parent"] == "alice-llama8b-r002"
     # relaunching the run that never ran is refused with the way forward
     with pytest.raises(InputError, match="submission failed"):
-        runs.launch(campaign, settings, run="alice-llama8b-r001", expected_gpu_hours=3.0)
+        runs.launch_candidate(campaign, settings, "alice-llama8b-r001", expected_gpu_hours=3.0)
 
 
 def test_an_unknown_context_leaves_no_launch_row_and_no_run_id(kube, tmp_path, monkeypatch):
@@ -103,7 +103,7 @@ def test_an_unknown_context_leaves_no_launch_row_and_no_run_id(kube, tmp_path, m
     campaign, settings = campaign_on(tmp_path, GPUH, context="no-such-context")
     before = campaign.ledger.rows()
     with pytest.raises(InputError, match="ATTUNE_KUBE_CONTEXT=no-such-context"):
-        runs.launch(campaign, settings, baseline=True, expected_gpu_hours=3.0)
+        runs.launch_baseline(campaign, settings, expected_gpu_hours=3.0)
     assert campaign.ledger.rows() == before
     assert not (campaign.dir / "runs").exists() or list((campaign.dir / "runs").iterdir()) == []
     assert kube.requests == []
@@ -113,7 +113,7 @@ def test_a_recipe_the_backend_refuses_leaves_no_launch_row(kube, tmp_path, monke
     kubeconfig(tmp_path, monkeypatch, kube.url)
     campaign, settings = campaign_on(tmp_path, GPUH, image="registry.example.com/other:1")
     with pytest.raises(InputError, match="other than ATTUNE_IMAGE"):
-        runs.launch(campaign, settings, baseline=True, expected_gpu_hours=3.0)
+        runs.launch_baseline(campaign, settings, expected_gpu_hours=3.0)
     assert rows(campaign, "launch") == [] and kube.requests == []
 
 

@@ -38,16 +38,16 @@ def candidate(campaign, mode):
 
 def running_candidate(campaign, settings, mode):
     """Launch the baseline, then a candidate in FAKE_MODE ``mode``; return the candidate once it runs."""
-    runs.launch(campaign, settings, baseline=True)
+    runs.launch_baseline(campaign, settings)
     run = candidate(campaign, mode)
-    runs.launch(campaign, settings, run=run)
+    runs.launch_candidate(campaign, settings, run)
     wait(campaign, settings, run, ("running",))
     return run
 
 
 def test_baseline_runs_finishes_and_is_scored(campaign):
     campaign, settings = campaign
-    row = runs.launch(campaign, settings, baseline=True)
+    row = runs.launch_baseline(campaign, settings)
     assert row["purpose"] == "baseline" and row["gpus"] == 1 and row["backend"] == "local"
     wait(campaign, settings, row["run"], ("succeeded",))
     result = runs.finalize(campaign, settings, row["run"])
@@ -56,7 +56,7 @@ def test_baseline_runs_finishes_and_is_scored(campaign):
     assert ranked.run(row["run"]).tokens == pytest.approx(8 * 128 / ((500.0 + 12) / 1000 * 1))
     assert runs.finalize(campaign, settings, row["run"]) == result  # idempotent
     assert "--exit-interval 20" in (campaign.run_dir(row["run"]) / "recipe.yaml").read_text()
-    assert runs.launch(campaign, settings, baseline=True)["purpose"] == "repeat"
+    assert runs.launch_baseline(campaign, settings)["purpose"] == "repeat"
 
 
 def test_hang_is_torn_down_and_triaged(campaign):
@@ -114,9 +114,9 @@ def test_a_run_whose_memory_runs_away_is_killed_at_the_limit_as_oom(tmp_path):
                           "mem-test", ATTUNE_LOCAL_MEMORY_MB="300")
     campaign, settings = next(made)
     try:
-        runs.launch(campaign, settings, baseline=True)
+        runs.launch_baseline(campaign, settings)
         run = candidate(campaign, "leak")
-        runs.launch(campaign, settings, run=run)
+        runs.launch_candidate(campaign, settings, run)
         assert json.loads((campaign.run_dir(run) / "local.json").read_text())["memory_limit_mb"] == 300.0
         wait(campaign, settings, run, ("failed",))
         assert json.loads((campaign.run_dir(run) / "exit.json").read_text())["memory_killed"] is True
@@ -132,10 +132,10 @@ def test_a_run_whose_memory_runs_away_is_killed_at_the_limit_as_oom(tmp_path):
 
 def test_killed_and_oom_runs_fail_with_a_class(campaign):
     campaign, settings = campaign
-    runs.launch(campaign, settings, baseline=True)
+    runs.launch_baseline(campaign, settings)
     killed, oom = candidate(campaign, "killed"), candidate(campaign, "oom")
     for run in (killed, oom):
-        runs.launch(campaign, settings, run=run)
+        runs.launch_candidate(campaign, settings, run)
         wait(campaign, settings, run, ("failed",))
     dead = runs.finalize(campaign, settings, killed)
     assert dead["status"] == "failed" and dead["failure"]["class"] == "crash"
@@ -155,13 +155,13 @@ def test_teardown_of_a_running_run(campaign):
 def test_topology_of_local_runs(campaign, capsys):
     import json
     campaign, settings = campaign
-    first = runs.launch(campaign, settings, baseline=True)["run"]
+    first = runs.launch_baseline(campaign, settings)["run"]
     wait(campaign, settings, first, ("succeeded",))
     assert cli.main(["topology", first, "--campaign", str(campaign.dir), "--json"]) == 0
     summary = json.loads(capsys.readouterr().out)
     assert summary["asked"]["gpus"] == 1 and summary["got"]["nccl_ranks"] is None  # no NCCL lines: unknown
     assert (campaign.run_dir(first) / "topology.json").is_file()
-    second = runs.launch(campaign, settings, baseline=True)["run"]
+    second = runs.launch_baseline(campaign, settings)["run"]
     wait(campaign, settings, second, ("succeeded",))
     assert cli.main(["topology", second, "--campaign", str(campaign.dir)]) == 0
     assert cli.main(["topology", "nope", "--campaign", str(campaign.dir)]) == 2
@@ -169,7 +169,7 @@ def test_topology_of_local_runs(campaign, capsys):
 
 def test_a_candidate_runs_through_its_pod_hooks(campaign):
     campaign, settings = campaign
-    runs.launch(campaign, settings, baseline=True)
+    runs.launch_baseline(campaign, settings)
     assert cli.main(["candidate", "new", "--campaign", str(campaign.dir), "--parent", "baseline", "--env",
                      "FAKE_TAG=hooks", "--lever", "other: FAKE_TAG", "--hypothesis", "hooks",
                      "--pod-hook", "gpu_facts", "--pod-hook", "nccl_debug:level=WARN,subsys=INIT"]) == 0
@@ -177,7 +177,7 @@ def test_a_candidate_runs_through_its_pod_hooks(campaign):
     record = json.loads((campaign.run_dir(run) / "candidate.json").read_text())
     assert record["pod_hooks"] == [{"name": "gpu_facts"}, {"name": "nccl_debug",
                                                            "args": {"level": "WARN", "subsys": "INIT"}}]
-    row = runs.launch(campaign, settings, run=run)
+    row = runs.launch_candidate(campaign, settings, run)
     assert row["pod_hooks"] == record["pod_hooks"] and row["recipe_sha256"] == record["recipe_sha256"]
     command = json.loads((campaign.run_dir(run) / "local.json").read_text())["command"]
     assert "pod_hooks/wrap.py --hooks gpu_facts,nccl_debug" in command
@@ -193,8 +193,8 @@ def test_a_candidate_runs_through_its_pod_hooks(campaign):
     assert by_name["gpu_facts"]["status"] in ("ok", "skipped")
     campaign.append("gate", run=run, verdict="fail", against="loc-r001", reasons=["config: numeric"])
     with pytest.raises(CheckFailed, match="failed the correctness gate: it can never lead"):
-        runs.launch(campaign, settings, repeat_of=run, confirm=True)
-    assert runs.launch(campaign, settings, repeat_of=run)["purpose"] == "repeat"  # a plain repeat is still allowed
+        runs.launch_repeat(campaign, settings, run, confirm=True)
+    assert runs.launch_repeat(campaign, settings, run)["purpose"] == "repeat"  # a plain repeat is still allowed
 
 
 def test_an_unknown_hook_is_refused_before_anything_is_written(campaign, capsys):
@@ -215,11 +215,11 @@ def test_an_unknown_hook_is_refused_before_anything_is_written(campaign, capsys)
                     reason="torch is not installed (the pod extra): no real trace can be recorded")
 def test_a_profile_run_records_real_traces_that_profile_reads(campaign, capsys):
     campaign, settings = campaign
-    base = runs.launch(campaign, settings, baseline=True)["run"]
+    base = runs.launch_baseline(campaign, settings)["run"]
     wait(campaign, settings, base, ("succeeded",))
     runs.finalize(campaign, settings, base)
     run = candidate(campaign, "torch")
-    runs.launch(campaign, settings, run=run)
+    runs.launch_candidate(campaign, settings, run)
     wait(campaign, settings, run, ("succeeded",))
     runs.finalize(campaign, settings, run)
     capsys.readouterr()
@@ -258,7 +258,7 @@ def test_every_launch_checks_the_rows_where_the_run_reads_them(tmp_path):
                              AUTOTUNE_BUDGET="20", ATTUNE_ROWS_PATH=str(tmp_path / "rows.parquet"),
                              ATTUNE_ROWS_SHA256=sha)
     campaign = campaign_mod.init(tmp_path / "c", settings, "loc-rows")
-    row = runs.launch(campaign, settings, baseline=True)
+    row = runs.launch_baseline(campaign, settings)
     assert row["rows_sha256"] == sha
     env = json.loads((campaign.run_dir(row["run"]) / "local.json").read_text())["env"]
     assert env["ATTUNE_ROWS_SHA256"] == sha and env["ATTUNE_ROWS_PATH"] == str(tmp_path / "rows.parquet")
@@ -266,5 +266,5 @@ def test_every_launch_checks_the_rows_where_the_run_reads_them(tmp_path):
     wait(campaign, settings, row["run"], ("succeeded",))
     write(2)  # the rows changed under the campaign
     with pytest.raises(InputError, match="ATTUNE_ROWS_SHA256=%s: the rows at .* hash to [0-9a-f]{64}" % sha):
-        runs.launch(campaign, settings, baseline=True)
+        runs.launch_baseline(campaign, settings)
     assert [r["run"] for r in campaign.ledger.rows() if r["kind"] == "launch"] == [row["run"]]

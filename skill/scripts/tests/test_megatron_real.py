@@ -70,13 +70,13 @@ def real(tmp_path_factory):
                                      ("tp2", "baseline", ["tensor-model-parallel-size=2"]),
                                      ("lr", "baseline", ["lr=6e-4"])):
             if parent is None:
-                row = runs.launch(campaign, settings, baseline=True)
+                row = runs.launch_baseline(campaign, settings)
             else:
                 assert cli.main(["candidate", "new", "--campaign", str(campaign.dir), "--parent", parent, "--set",
                                  change[0], "--lever", "tensor-parallel-size" if name == "tp2" else "other:lr",
                                  "--hypothesis", name, "--force"]) == 0
                 run = sorted(os.listdir(campaign.dir / "runs"))[-1]
-                row = runs.launch(campaign, settings, run=run)
+                row = runs.launch_candidate(campaign, settings, run)
             status = wait(campaign, settings, row["run"], ("succeeded", "failed", "lost"), timeout=600)
             assert status.state == "succeeded", (campaign.run_dir(row["run"]) / "log.txt").read_text()[-3000:]
             launched[name] = (row, runs.finalize(campaign, settings, row["run"]))

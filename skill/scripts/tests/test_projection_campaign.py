@@ -59,7 +59,7 @@ def test_a_candidate_the_projection_says_will_not_fit_is_refused_unless_forced(s
 
 def test_results_compare_the_projection_with_what_runs_measured(sim):
     campaign, settings, _baseline = sim
-    row = runs.launch(campaign, settings, baseline=True)
+    row = runs.launch_baseline(campaign, settings)
     assert row["projection"]["hardware"] == "H100" and row["projection"]["fits"]
     wait(campaign, settings, row["run"], ("succeeded",))
     runs.finalize(campaign, settings, row["run"])

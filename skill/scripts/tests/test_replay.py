@@ -34,13 +34,13 @@ def made(tmp_path, capsys):
     that fails it (an environment variable the rules do not class), one that ran out of memory; both gated."""
     for campaign, settings in local_campaign(tmp_path, RECIPE.format(python=sys.executable,
                                                                      script=DATA / "fake_megatron.py"), "rp-", "rp-test"):
-        named = {"baseline": runs.launch(campaign, settings, baseline=True)["run"],
-                 "repeat": runs.launch(campaign, settings, baseline=True)["run"],
+        named = {"baseline": runs.launch_baseline(campaign, settings)["run"],
+                 "repeat": runs.launch_baseline(campaign, settings)["run"],
                  "placement": _candidate(campaign, "--set", "overlap-grad-reduce", "--lever", "overlap-grad-reduce"),
                  "numeric": _candidate(campaign, "--env", "FAKE_MODE=fine", "--lever", "other: FAKE_MODE"),
                  "oom": _candidate(campaign, "--env", "FAKE_MODE=oom", "--lever", "other: FAKE_MODE")}
         for role in ("placement", "numeric", "oom"):
-            runs.launch(campaign, settings, run=named[role])
+            runs.launch_candidate(campaign, settings, named[role])
         for run in named.values():
             wait(campaign, settings, run, ("succeeded", "failed"))
             runs.finalize(campaign, settings, run)
@@ -207,9 +207,9 @@ def test_a_hung_run_torn_down_is_replayed_on_what_its_log_gives(tmp_path, capsys
     """Torn down, a local run has no exit code left: its timeout row is compared on its log alone."""
     for campaign, settings in local_campaign(tmp_path, RECIPE.format(python=sys.executable,
                                                                      script=DATA / "fake_megatron.py"), "hg-", "hg-test"):
-        runs.launch(campaign, settings, baseline=True)
+        runs.launch_baseline(campaign, settings)
         hung = _candidate(campaign, "--env", "FAKE_MODE=hang", "--lever", "other: FAKE_MODE")
-        runs.launch(campaign, settings, run=hung)
+        runs.launch_candidate(campaign, settings, hung)
         wait(campaign, settings, hung, ("running",))
         deadline = time.time() + 30
         while runs.finalize(campaign, settings, hung, hang_after_s=0.3) is None and time.time() < deadline:

@@ -305,7 +305,7 @@ def sim_campaign(tmp_path):
 
 def test_a_campaign_scores_the_projected_throughput(sim_campaign, tmp_path):
     campaign, settings = sim_campaign
-    rows = [runs.launch(campaign, settings, baseline=True) for _ in range(2)]
+    rows = [runs.launch_baseline(campaign, settings) for _ in range(2)]
     assert [row["purpose"] for row in rows] == ["baseline", "repeat"] and rows[0]["gpus"] == 64
     results = []
     for row in rows:
@@ -331,10 +331,10 @@ def candidate(campaign, env):
 
 def test_faults_on_the_local_backend_are_triaged(sim_campaign):
     campaign, settings = sim_campaign
-    runs.launch(campaign, settings, baseline=True)
+    runs.launch_baseline(campaign, settings)
     timeout, hang = candidate(campaign, "ATTUNE_SIM_FAULT=nccl_timeout"), candidate(campaign, "ATTUNE_SIM_FAULT=hang")
     for run in (timeout, hang):
-        runs.launch(campaign, settings, run=run)
+        runs.launch_candidate(campaign, settings, run)
     wait(campaign, settings, timeout, ("failed",))
     failed = runs.finalize(campaign, settings, timeout)
     assert failed["status"] == "failed" and failed["failure"]["class"] == "nccl_timeout"
