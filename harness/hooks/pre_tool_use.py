@@ -56,10 +56,10 @@ if _HERE not in sys.path:
     sys.path.insert(0, _HERE)
 try:
     from guard import dispatch  # noqa: F401 - every program's checker, loaded now rather than mid-check
-    from guard.commands import _analyze_text
+    from guard.commands import analyze_text
     from guard.context import (
-        _FALSE, _IMPORT_ERROR, _NOTES, MAX_COMMAND, NOT_A_BOUNDARY, _Ctx, _Deny, _Unparsable, campaign_files)
-    from guard.paths import _protected_reason
+        FALSE, IMPORT_ERROR, NOTES, MAX_COMMAND, NOT_A_BOUNDARY, Ctx, Deny, Unparsable, campaign_files)
+    from guard.paths import protected_reason
     _GUARD_ERROR = None
 except Exception as _exc:  # the hook must still answer (deny) rather than crash and fail open
     campaign_files = None
@@ -86,7 +86,7 @@ def _decide(event, campaign, settings):
         return _allow(str(tool))
     if campaign_files is None:
         return "deny", ("guard: cannot load campaign_files.py next to the hook (%s); every checked tool call is "
-                        "denied until the harness is installed whole." % _IMPORT_ERROR)
+                        "denied until the harness is installed whole." % IMPORT_ERROR)
     if not campaign:
         return "deny", ("guard: no campaign directory (neither ATTUNE_CAMPAIGN_DIR nor CLAUDE_PROJECT_DIR is set); "
                         "run the agent through the ATTUNE launcher.")
@@ -97,7 +97,7 @@ def _decide(event, campaign, settings):
         cwd = campaign
     if tool in ("WebFetch", "WebSearch"):
         value = str(settings.get("AUTOTUNE_ALLOW_WEB", "1")).strip().lower()
-        if value in _FALSE:
+        if value in FALSE:
             return "deny", ("guard: web access is off for this campaign (AUTOTUNE_ALLOW_WEB=%s); work from the "
                             "skill's references (skill/references/) and the campaign's own files." % value)
         return _allow(tool)
@@ -110,9 +110,9 @@ def _decide(event, campaign, settings):
         if rel is None:
             # the file tools do not run in the sandbox: they get what a sandboxed command may write, no more
             return "deny", ("guard: %s of %s: outside the campaign directory, which is all the agent may write (its "
-                            "Bash commands run in a sandbox that writes nowhere else); %s." % (tool, path, _NOTES))
+                            "Bash commands run in a sandbox that writes nowhere else); %s." % (tool, path, NOTES))
         if campaign_files.is_protected(rel):
-            return "deny", _protected_reason(rel, "%s of" % tool, path)
+            return "deny", protected_reason(rel, "%s of" % tool, path)
         return _allow("%s of %s" % (tool, path))
     if tool_input.get("dangerouslyDisableSandbox"):
         return "deny", ("guard: commands run inside the sandbox; dangerouslyDisableSandbox is not available in a "
@@ -123,8 +123,8 @@ def _decide(event, campaign, settings):
     if len(command) > MAX_COMMAND:
         return "deny", ("guard: the command is longer than %d characters, too long to check; write long inputs "
                         "to a file in scratch/ first." % MAX_COMMAND)
-    ctx = _Ctx(campaign, settings, cwd, command)
-    _analyze_text(command, ctx, 0)
+    ctx = Ctx(campaign, settings, cwd, command)
+    analyze_text(command, ctx, 0)
     return _allow("Bash command")
 
 
@@ -138,9 +138,9 @@ def decide(event, campaign_dir, settings):
                         "until the harness is installed whole." % _GUARD_ERROR)
     try:
         return _decide(event, campaign_dir, settings)
-    except _Deny as deny:
+    except Deny as deny:
         return "deny", deny.reason
-    except _Unparsable as exc:
+    except Unparsable as exc:
         return "deny", ("guard: cannot parse this command (%s), so it is denied as unparsable. Fix the quoting or "
                         "split the command; kubectl needs --context and -n written out." % exc)
     except RecursionError:

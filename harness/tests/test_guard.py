@@ -165,5 +165,20 @@ def test_each_guard_module_imports_only_the_modules_before_it():
     assert sorted(order) == sorted(name[:-3] for name in os.listdir(folder) if name.endswith(".py") and name != "__init__.py")
     for index, name in enumerate(order):
         tree = ast.parse(open(os.path.join(folder, name + ".py")).read())
-        imported = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.level == 1}
+        relative = [node for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.level == 1]
+        imported = {node.module for node in relative if node.module}
+        imported |= {alias.name for node in relative if not node.module for alias in node.names}
         assert imported <= set(order[:index]), (name, sorted(imported - set(order[:index])))
+        private = [alias.name for node in relative if node.module for alias in node.names if alias.name.startswith("_")]
+        assert not private, "%s takes private names from the modules before it: %s" % (name, private)
+
+
+def test_every_program_has_one_checker_registered_by_the_module_that_defines_it():
+    from guard import context
+    for name in ("kubectl", "attune", "env", "sudo", "bash", "eval", "perl", "awk", "tee", "mv", "rm", "curl",
+                 "find", "chmod"):
+        assert name in context.PROGRAMS, name
+    assert context.PROGRAMS["kubectl"] is context.PROGRAMS["kubectl.exe"]
+    assert any(pattern.match("python3.11") for pattern, _ in context.PROGRAM_PATTERNS)
+    with pytest.raises(ValueError, match="'tee' has two checkers"):
+        context.checker("tee")(lambda *args: None)

@@ -1,5 +1,5 @@
 """Command analysis: each simple command of a parsed line is checked, its redirections and
-environment assignments included, then dispatched on its program (``_run``, through
+environment assignments included, then dispatched on its program (``run_words``, through
 ``dispatch._PROGRAMS``). The wrappers that run another command (env, timeout, nohup, nice, sudo,
 doas, time, command, exec, stdbuf, ionice, xargs, watch, ``bash -c``, eval, source, alias) are
 looked through, and export and cd update what the guard knows of the environment and the
@@ -11,11 +11,11 @@ import os
 import re
 import shlex
 
-from .context import (
+from .context import (checker, 
     PROGRAMS, PROGRAM_PATTERNS,
-    _ASSIGN, _Deny, _GLOB_CHARS, MARK, MAX_DEPTH, _mentions_kubectl, NOT_A_BOUNDARY, _Unparsable)
-from .lexer import _Lexer, _parse, Word
-from .paths import _check_write, _read_path, _read_real, _read_virtual, _resolve
+    ASSIGN, Deny, GLOB_CHARS, MARK, MAX_DEPTH, mentions_kubectl, NOT_A_BOUNDARY, Unparsable)
+from .lexer import Lexer, parse_script, Word
+from .paths import check_write, read_path, read_real, read_virtual, resolve_path
 
 
 # ------------------------------------------------------------------------------ command analysis
@@ -23,20 +23,20 @@ def _nested(text, ctx, depth):
     """Check ``text`` as a shell script run from here (its cd's do not leak out)."""
     saved = list(ctx.bases)
     try:
-        _analyze_text(text, ctx, depth)
+        analyze_text(text, ctx, depth)
     finally:
         ctx.bases = saved
 
 
-def _analyze_text(text, ctx, depth):
+def analyze_text(text, ctx, depth):
     if depth > MAX_DEPTH:
-        raise _Deny("guard: the command nests shells, substitutions, aliases or evals too deeply to check; "
+        raise Deny("guard: the command nests shells, substitutions, aliases or evals too deeply to check; "
                     "write it more plainly (%s)." % NOT_A_BOUNDARY)
-    lexer = _Lexer(text).run()
+    lexer = Lexer(text).run()
     for sub in lexer.subs:
         _nested(sub, ctx, depth + 1)
     stack = []
-    for kind, cmd in _parse(lexer.tokens):
+    for kind, cmd in parse_script(lexer.tokens):
         if kind == "push":
             stack.append(list(ctx.bases))
         elif kind == "pop":
@@ -50,7 +50,7 @@ _RESERVED = frozenset(("!", "{", "}", "then", "do", "else", "elif", "if", "while
 _NOT_COMMANDS = frozenset(("for", "case", "select", "function", "[[", "]]"))
 
 
-def _kubeconfig_reason(ctx):
+def kubeconfig_reason(ctx):
     return ("guard: the campaign uses the default kubeconfig; KUBECONFIG and --kubeconfig are not allowed. "
             "Drop them and pass --context %s -n %s." % (ctx.setting("ATTUNE_KUBE_CONTEXT") or "CONTEXT",
                                                        ctx.setting("ATTUNE_NAMESPACE") or "NAMESPACE"))
@@ -59,23 +59,23 @@ def _kubeconfig_reason(ctx):
 def _analyze_command(cmd, ctx, depth):
     for redir in cmd.redirs:
         if redir.writes:
-            _check_write(ctx, redir.target, "writing with %s into" % redir.op)
+            check_write(ctx, redir.target, "writing with %s into" % redir.op)
     words = list(cmd.words)
     while words and words[0].text in _RESERVED and words[0].raw == words[0].text:
         words.pop(0)
     if words and words[0].text in _NOT_COMMANDS:
         return
     env = {}
-    while words and _ASSIGN.match(words[0].raw):
+    while words and ASSIGN.match(words[0].raw):
         name = re.split(r"[\[+=]", words[0].raw, maxsplit=1)[0]
         if name == "KUBECONFIG":
-            raise _Deny(_kubeconfig_reason(ctx))
+            raise Deny(kubeconfig_reason(ctx))
         env[name] = words[0].text.split("=", 1)[1] if "=" in words[0].text else ""
         words.pop(0)
     if not words:
         return
     stdin = _stdin_of(cmd, ctx)
-    _run(words, env, stdin, ctx, depth)
+    run_words(words, env, stdin, ctx, depth)
     _record_output(cmd, words, stdin, ctx)
 
 
@@ -89,7 +89,7 @@ def _stdin_of(cmd, ctx):
         elif redir.op == "<<<":
             have, text = True, redir.target.text + "\n"
         elif redir.op == "<" and redir.fd in (None, "0"):
-            have, text = True, _read_path(ctx, redir.target)
+            have, text = True, read_path(ctx, redir.target)
     if have:
         return text
     if cmd.pipe_from is not None:
@@ -103,7 +103,7 @@ def _stdin_of(cmd, ctx):
 def _produced(cmd, ctx):
     """What a simple command prints, for the few commands where that is plain (cat, echo, printf, tee)."""
     words = list(cmd.words)
-    while words and _ASSIGN.match(words[0].raw):
+    while words and ASSIGN.match(words[0].raw):
         words.pop(0)
     if not words or not words[0].known:
         return None
@@ -115,7 +115,7 @@ def _produced(cmd, ctx):
             return _stdin_of(cmd, ctx)
         parts = []
         for a in files:
-            part = _stdin_of(cmd, ctx) if a.text == "-" else _read_path(ctx, a)
+            part = _stdin_of(cmd, ctx) if a.text == "-" else read_path(ctx, a)
             if part is None:
                 return None
             parts.append(part)
@@ -145,7 +145,7 @@ def _record_output(cmd, words, stdin, ctx):
                 computed = True
             _remember(ctx, redir.target, produced, redir.op in (">>", "&>>"))
     if words[0].known and os.path.basename(words[0].text) == "tee":
-        opts, operands = _split_opts(words[1:])
+        opts, operands = split_opts(words[1:])
         append = any(name in ("a", "append") for name, _ in opts)
         for operand in operands:
             if operand.known:
@@ -153,9 +153,9 @@ def _record_output(cmd, words, stdin, ctx):
 
 
 def _remember(ctx, word, text, append):
-    path = _resolve(ctx, word.text)
+    path = resolve_path(ctx, word.text)
     if text is not None and append:
-        before = ctx.virtual[path] if path in ctx.virtual else _read_real(path)
+        before = ctx.virtual[path] if path in ctx.virtual else read_real(path)
         text = None if (path in ctx.virtual and before is None) else (before or "") + text
     ctx.virtual[path] = text
 
@@ -165,27 +165,27 @@ def _requote(word):
 
 
 def _unresolvable(ctx, why):
-    if _mentions_kubectl(ctx.root_text):
-        raise _Deny("guard: cannot parse what this command runs (%s) and it involves kubectl, so the guard cannot "
+    if mentions_kubectl(ctx.root_text):
+        raise Deny("guard: cannot parse what this command runs (%s) and it involves kubectl, so the guard cannot "
                     "check it (unparsable). Run kubectl directly, spelled out, with --context %s -n %s."
                     % (why, ctx.setting("ATTUNE_KUBE_CONTEXT") or "CONTEXT",
                        ctx.setting("ATTUNE_NAMESPACE") or "NAMESPACE"))
 
 
-def _run(words, env, stdin, ctx, depth):
+def run_words(words, env, stdin, ctx, depth):
     """Check one command: ``words`` (program first) with its environment assignments and stdin."""
     if depth > MAX_DEPTH:
-        raise _Deny("guard: the command nests wrappers too deeply to check; write it more plainly.")
+        raise Deny("guard: the command nests wrappers too deeply to check; write it more plainly.")
     first = words[0]
     args = words[1:]
     if not first.known:
         _unresolvable(ctx, "its program comes from a variable or a substitution")
         return
     prog = os.path.basename(first.text) if "/" in first.text.rstrip("/") else first.text
-    if first.glob and _GLOB_CHARS.search(prog):
+    if first.glob and GLOB_CHARS.search(prog):
         # a pattern as the program (k*ctl); a bare * or ? is a case pattern, not a program
         if re.search(r"[A-Za-z]", prog) and fnmatch.fnmatchcase("kubectl", prog):
-            raise _Deny("guard: the program pattern %s may run kubectl (unparsable); spell kubectl out." % prog)
+            raise Deny("guard: the program pattern %s may run kubectl (unparsable); spell kubectl out." % prog)
         return
     if prog in ctx.aliases and prog not in ctx.expanding:
         ctx.expanding.add(prog)
@@ -201,7 +201,7 @@ def _run(words, env, stdin, ctx, depth):
         handler(prog, args, env, stdin, ctx, depth)
 
 
-def _split_opts(args, short_val="", long_val=(), stop_at_operand=False):
+def split_opts(args, short_val="", long_val=(), stop_at_operand=False):
     """``(options, operands)``: options as ``(name, Word or None)``; ``--`` ends the options."""
     opts = []
     operands = []
@@ -258,13 +258,15 @@ def _split_opts(args, short_val="", long_val=(), stop_at_operand=False):
 # ----------------------------------------------------------------------------------------- wrappers
 def _wrap(rest, env, stdin, ctx, depth):
     if rest:
-        _run(rest, env, stdin, ctx, depth + 1)
+        run_words(rest, env, stdin, ctx, depth + 1)
 
 
+@checker("nohup", "builtin")
 def _plain_wrapper(prog, args, env, stdin, ctx, depth):
     _wrap(args, env, stdin, ctx, depth)
 
 
+@checker("env")
 def _env(prog, args, env, stdin, ctx, depth):
     env = dict(env)
     i = 0
@@ -306,10 +308,10 @@ def _env(prog, args, env, stdin, ctx, depth):
             i += 1
             continue
         break
-    while i < n and _ASSIGN.match(args[i].text):
+    while i < n and ASSIGN.match(args[i].text):
         name = re.split(r"[\[+=]", args[i].text, maxsplit=1)[0]
         if name == "KUBECONFIG":
-            raise _Deny(_kubeconfig_reason(ctx))
+            raise Deny(kubeconfig_reason(ctx))
         env[name] = args[i].text.split("=", 1)[1]
         i += 1
     rest = args[i:]
@@ -321,74 +323,84 @@ def _env(prog, args, env, stdin, ctx, depth):
             else:
                 ctx.bases = [os.path.normpath(os.path.join(b, os.path.expanduser(chdir))) for b in ctx.bases]
         if split is not None:
-            _analyze_text(split + "".join(" " + _requote(w) for w in rest), ctx, depth + 1)
+            analyze_text(split + "".join(" " + _requote(w) for w in rest), ctx, depth + 1)
         else:
             _wrap(rest, env, stdin, ctx, depth)
     finally:
         ctx.bases = saved
 
 
+@checker("timeout")
 def _timeout(prog, args, env, stdin, ctx, depth):
-    opts, operands = _split_opts(args, "sk", ("signal", "kill-after"), stop_at_operand=True)
+    opts, operands = split_opts(args, "sk", ("signal", "kill-after"), stop_at_operand=True)
     _wrap(operands[1:], env, stdin, ctx, depth)
 
 
+@checker("nice")
 def _nice(prog, args, env, stdin, ctx, depth):
-    opts, operands = _split_opts(args, "n", ("adjustment",), stop_at_operand=True)
+    opts, operands = split_opts(args, "n", ("adjustment",), stop_at_operand=True)
     _wrap(operands, env, stdin, ctx, depth)
 
 
+@checker("sudo")
 def _sudo(prog, args, env, stdin, ctx, depth):
-    opts, operands = _split_opts(args, "ugpChDrTUt", ("user", "group", "prompt", "close-from", "chdir", "role",
+    opts, operands = split_opts(args, "ugpChDrTUt", ("user", "group", "prompt", "close-from", "chdir", "role",
                                                     "type", "command-timeout", "other-user", "host"),
                                  stop_at_operand=True)
     env = dict(env)
-    while operands and _ASSIGN.match(operands[0].text):
+    while operands and ASSIGN.match(operands[0].text):
         name = re.split(r"[\[+=]", operands[0].text, maxsplit=1)[0]
         if name == "KUBECONFIG":
-            raise _Deny(_kubeconfig_reason(ctx))
+            raise Deny(kubeconfig_reason(ctx))
         env[name] = operands[0].text.split("=", 1)[1]
         operands = operands[1:]
     _wrap(operands, env, stdin, ctx, depth)
 
 
+@checker("doas")
 def _doas(prog, args, env, stdin, ctx, depth):
-    opts, operands = _split_opts(args, "uC", (), stop_at_operand=True)
+    opts, operands = split_opts(args, "uC", (), stop_at_operand=True)
     _wrap(operands, env, stdin, ctx, depth)
 
 
+@checker("time")
 def _time(prog, args, env, stdin, ctx, depth):
-    opts, operands = _split_opts(args, "fo", ("format", "output"), stop_at_operand=True)
+    opts, operands = split_opts(args, "fo", ("format", "output"), stop_at_operand=True)
     for name, value in opts:
         if name in ("o", "output"):
-            _check_write(ctx, value, "time -o writing")
+            check_write(ctx, value, "time -o writing")
     _wrap(operands, env, stdin, ctx, depth)
 
 
+@checker("command")
 def _command(prog, args, env, stdin, ctx, depth):
-    opts, operands = _split_opts(args, "", (), stop_at_operand=True)
+    opts, operands = split_opts(args, "", (), stop_at_operand=True)
     if any(name in ("v", "V") for name, _ in opts):
         return  # command -v NAME only looks the name up
     _wrap(operands, env, stdin, ctx, depth)
 
 
+@checker("setsid", "exec")
 def _exec(prog, args, env, stdin, ctx, depth):
-    opts, operands = _split_opts(args, "a", (), stop_at_operand=True)
+    opts, operands = split_opts(args, "a", (), stop_at_operand=True)
     _wrap(operands, env, stdin, ctx, depth)
 
 
+@checker("stdbuf")
 def _stdbuf(prog, args, env, stdin, ctx, depth):
-    opts, operands = _split_opts(args, "ioe", ("input", "output", "error"), stop_at_operand=True)
+    opts, operands = split_opts(args, "ioe", ("input", "output", "error"), stop_at_operand=True)
     _wrap(operands, env, stdin, ctx, depth)
 
 
+@checker("ionice")
 def _ionice(prog, args, env, stdin, ctx, depth):
-    opts, operands = _split_opts(args, "cnpPu", ("class", "classdata", "pid", "pgid", "uid"), stop_at_operand=True)
+    opts, operands = split_opts(args, "cnpPu", ("class", "classdata", "pid", "pgid", "uid"), stop_at_operand=True)
     _wrap(operands, env, stdin, ctx, depth)
 
 
+@checker("xargs")
 def _xargs(prog, args, env, stdin, ctx, depth):
-    opts, operands = _split_opts(args, "IELnPsdal", ("replace", "eof", "max-lines", "max-args", "max-procs",
+    opts, operands = split_opts(args, "IELnPsdal", ("replace", "eof", "max-lines", "max-args", "max-procs",
                                                    "max-chars", "delimiter", "arg-file", "process-slot-var"),
                                  stop_at_operand=True)
     replace = None
@@ -402,17 +414,19 @@ def _xargs(prog, args, env, stdin, ctx, depth):
         words = [Word(w.text.replace(replace, MARK), w.raw, w.glob, w.brace) for w in words]
     else:
         words = words + [Word(MARK, "<xargs input>")]
-    _run(words, env, None, ctx, depth + 1)
+    run_words(words, env, None, ctx, depth + 1)
 
 
+@checker("watch")
 def _watch(prog, args, env, stdin, ctx, depth):
-    opts, operands = _split_opts(args, "nq", ("interval", "differences"), stop_at_operand=True)
+    opts, operands = split_opts(args, "nq", ("interval", "differences"), stop_at_operand=True)
     if any(name in ("x", "exec") for name, _ in opts):
         _wrap(operands, env, stdin, ctx, depth)
     elif operands:
         _nested(" ".join(w.text for w in operands), ctx, depth + 1)
 
 
+@checker("bash", "sh", "dash", "zsh", "ksh", "mksh", "ash", "yash", "fish")
 def _shell(prog, args, env, stdin, ctx, depth):
     from_stdin = False
     i = 0
@@ -435,7 +449,7 @@ def _shell(prog, args, env, stdin, ctx, depth):
                 from_stdin = True
             if "c" in flags:
                 if i + 1 >= n:
-                    raise _Unparsable("%s -c without a command" % prog)
+                    raise Unparsable("%s -c without a command" % prog)
                 _nested(args[i + 1].text, ctx, depth + 1)
                 return
             i += 2 if ("o" in flags or "O" in flags) else 1
@@ -443,7 +457,7 @@ def _shell(prog, args, env, stdin, ctx, depth):
         break
     operands = args[i:]
     if operands and not from_stdin:
-        script = _read_virtual(ctx, operands[0])
+        script = read_virtual(ctx, operands[0])
         if script is not None:
             _nested(script, ctx, depth + 1)
         elif not operands[0].known:
@@ -455,40 +469,44 @@ def _shell(prog, args, env, stdin, ctx, depth):
         _unresolvable(ctx, "%s reads its commands from input the guard cannot see" % prog)
 
 
+@checker("eval")
 def _eval(prog, args, env, stdin, ctx, depth):
     text = " ".join(w.text for w in args)
-    if _mentions_kubectl(text) or (MARK in text and _mentions_kubectl(ctx.root_text)):
-        raise _Deny("guard: eval hides what runs and this command involves kubectl, so the guard cannot check it "
+    if mentions_kubectl(text) or (MARK in text and mentions_kubectl(ctx.root_text)):
+        raise Deny("guard: eval hides what runs and this command involves kubectl, so the guard cannot check it "
                     "(unparsable). Run kubectl directly, spelled out, with --context %s -n %s."
                     % (ctx.setting("ATTUNE_KUBE_CONTEXT") or "CONTEXT", ctx.setting("ATTUNE_NAMESPACE") or "NAMESPACE"))
     _nested(text, ctx, depth + 1)
 
 
+@checker("source", ".")
 def _source(prog, args, env, stdin, ctx, depth):
     if not args:
         return
-    script = _read_virtual(ctx, args[0])
+    script = read_virtual(ctx, args[0])
     if script is not None:
-        _analyze_text(script, ctx, depth + 1)
+        analyze_text(script, ctx, depth + 1)
     elif not args[0].known:
         _unresolvable(ctx, "it sources a file named by a variable")
 
 
+@checker("alias")
 def _alias(prog, args, env, stdin, ctx, depth):
     for w in args:
         name, eq, value = w.text.partition("=")
         if not eq or name.startswith("-"):
             continue
-        if MARK in value and (_mentions_kubectl(value) or _mentions_kubectl(ctx.root_text)):
+        if MARK in value and (mentions_kubectl(value) or mentions_kubectl(ctx.root_text)):
             _unresolvable(ctx, "the alias %s is built from a variable" % name)
         ctx.aliases[name] = value
         _nested(value, ctx, depth + 1)  # what the alias would run, checked as if run now
 
 
+@checker("export", "declare", "typeset", "local", "readonly")
 def _export(prog, args, env, stdin, ctx, depth):
     for w in args:
         if re.match(r"^KUBECONFIG\+?=", w.text):
-            raise _Deny(_kubeconfig_reason(ctx))
+            raise Deny(kubeconfig_reason(ctx))
 
 
 def _unknown_bases(ctx):
@@ -499,11 +517,12 @@ def _unknown_bases(ctx):
     return out
 
 
+@checker("cd", "pushd", "popd")
 def _cd(prog, args, env, stdin, ctx, depth):
     if prog == "popd":
         ctx.bases = _unknown_bases(ctx)
         return
-    opts, operands = _split_opts(args)
+    opts, operands = split_opts(args)
     target = operands[0] if operands else Word(os.path.expanduser("~"))
     if not target.known or target.text == "-":
         ctx.bases = _unknown_bases(ctx)

@@ -5,9 +5,9 @@ protected campaign file, or code that could reach kubectl, is denied.
 
 import re
 
-from .context import _Deny, _mentions_kubectl, _mentions_protected, _NOTES
-from .paths import _check_write, _read_virtual
-from .commands import _split_opts
+from .context import checker, Deny, mentions_kubectl, mentions_protected, NOTES
+from .paths import check_write, read_virtual
+from .commands import split_opts
 
 
 # ------------------------------------------------------------------------------------- interpreters
@@ -32,19 +32,19 @@ _WRITE_CALL = re.compile("|".join([
 def _check_code(ctx, lang, code, inplace_files=()):
     if code is None:
         return
-    if _mentions_kubectl(code):
-        raise _Deny("guard: this %s code runs kubectl where the guard cannot check it (unparsable); run kubectl "
+    if mentions_kubectl(code):
+        raise Deny("guard: this %s code runs kubectl where the guard cannot check it (unparsable); run kubectl "
                     "directly, spelled out, with --context %s -n %s."
                     % (lang, ctx.setting("ATTUNE_KUBE_CONTEXT") or "CONTEXT",
                        ctx.setting("ATTUNE_NAMESPACE") or "NAMESPACE"))
     for w in inplace_files:
-        _check_write(ctx, w, "%s in-place edit of" % lang)
+        check_write(ctx, w, "%s in-place edit of" % lang)
     # A write call and a protected name in the same statement, or a write through a variable that
     # holds a protected path (p = 'ledger.jsonl'; open(p, 'a')). A script that reads the ledger and
     # writes elsewhere passes.
     tainted = {}
     for statement in re.split(r"[;\n]", code):
-        mention = _mentions_protected(statement)
+        mention = mentions_protected(statement)
         assign = re.match(r"^\s*(?:my\s+|let\s+|const\s+|var\s+)?\$?([A-Za-z_]\w*)\s*=(?!=)", statement)
         if assign and mention and not re.search(r"open\s*\(|read|load", statement):
             tainted[assign.group(1)] = mention.group(0)
@@ -55,11 +55,12 @@ def _check_code(ctx, lang, code, inplace_files=()):
             if name is None and re.search(r"(?<![\w$])\$?%s\b" % re.escape(variable), statement):
                 name = held
         if name:
-            raise _Deny("guard: this %s code writes and names the protected campaign file %s; records are written "
+            raise Deny("guard: this %s code writes and names the protected campaign file %s; records are written "
                         "only by attune verbs (add a note with `attune note TEXT`); %s."
-                        % (lang, name.strip("'\""), _NOTES))
+                        % (lang, name.strip("'\""), NOTES))
 
 
+@checker(pattern=r"^(python|pypy)[0-9.]*$")
 def _python(prog, args, env, stdin, ctx, depth):
     i = 0
     n = len(args)
@@ -101,7 +102,7 @@ def _python(prog, args, env, stdin, ctx, depth):
         if not module and code is None and script is None:
             code = stdin
     if script is not None:
-        code = _read_virtual(ctx, script)
+        code = read_virtual(ctx, script)
     _check_code(ctx, prog, code)
 
 
@@ -149,21 +150,24 @@ def _perl_like(prog, args, stdin, ctx, code_flags, value_flags):
     operands = args[i:]
     if not codes:
         if operands:
-            codes.append(_read_virtual(ctx, operands[0]) or "")
+            codes.append(read_virtual(ctx, operands[0]) or "")
             operands = operands[1:]
         elif stdin is not None:
             codes.append(stdin)
     _check_code(ctx, prog, "\n".join(codes), operands if inplace else ())
 
 
+@checker("perl")
 def _perl(prog, args, env, stdin, ctx, depth):
     _perl_like(prog, args, stdin, ctx, "eE", "IMmxlF0CdDV")
 
 
+@checker("ruby")
 def _ruby(prog, args, env, stdin, ctx, depth):
     _perl_like(prog, args, stdin, ctx, "e", "IrCEFTxW0")
 
 
+@checker("node", "nodejs")
 def _node(prog, args, env, stdin, ctx, depth):
     i = 0
     n = len(args)
@@ -187,12 +191,13 @@ def _node(prog, args, env, stdin, ctx, depth):
         script = args[i]
         break
     if code is None:
-        code = _read_virtual(ctx, script) if script is not None else stdin
+        code = read_virtual(ctx, script) if script is not None else stdin
     _check_code(ctx, prog, code)
 
 
+@checker("awk", "gawk", "mawk", "nawk")
 def _awk(prog, args, env, stdin, ctx, depth):
-    opts, operands = _split_opts(args, "fvFiEl", ("file", "assign", "field-separator", "include", "exec", "load"))
+    opts, operands = split_opts(args, "fvFiEl", ("file", "assign", "field-separator", "include", "exec", "load"))
     inplace = any(name in ("i", "include") and value is not None and value.text == "inplace" for name, value in opts)
     program = None
     if not any(name in ("f", "file", "E", "exec") for name, _ in opts) and operands:

@@ -7,11 +7,11 @@ attach, port-forward and debug only into the campaign's pods and the log pod.
 import os
 import re
 
-from .context import _Deny, MARK, _show, _Unparsable
+from .context import Deny, MARK, show, Unparsable
 from .lexer import Word
-from .paths import _check_write, _read_real, _resolve
-from .commands import _kubeconfig_reason
-from .manifest import _ManifestError, _parse_manifest
+from .paths import check_write, read_real, resolve_path
+from .commands import kubeconfig_reason
+from .manifest import ManifestError, parse_manifest
 
 
 # --------------------------------------------------------------------------------------- kubectl
@@ -84,9 +84,9 @@ def _kubectl_parse(args, ctx, verb, lenient=False):
         w = args[i]
         t = w.text
         if t.startswith(MARK):
-            raise _Deny("guard: the kubectl argument %s comes from a variable, a substitution or xargs, so the guard "
+            raise Deny("guard: the kubectl argument %s comes from a variable, a substitution or xargs, so the guard "
                         "cannot see it (unparsable). Write kubectl's arguments out, with --context %s -n %s."
-                        % (_show(w.raw), ctx.setting("ATTUNE_KUBE_CONTEXT"),
+                        % (show(w.raw), ctx.setting("ATTUNE_KUBE_CONTEXT"),
                            ctx.setting("ATTUNE_NAMESPACE")))
         if t == "--":
             break
@@ -97,7 +97,7 @@ def _kubectl_parse(args, ctx, verb, lenient=False):
             elif name in _K_LONG_VALUE:
                 if i + 1 >= n:
                     if not lenient:
-                        raise _Unparsable("kubectl --%s has no value" % name)
+                        raise Unparsable("kubectl --%s has no value" % name)
                     value = None
                 else:
                     value = args[i + 1]
@@ -123,7 +123,7 @@ def _kubectl_parse(args, ctx, verb, lenient=False):
                     elif lenient:
                         value = None
                     else:
-                        raise _Unparsable("kubectl -%s has no value" % ch)
+                        raise Unparsable("kubectl -%s has no value" % ch)
                     _k_record(st, names.get(ch, ch), value, ctx)
                     break
                 _k_record(st, names.get(ch, ch), None, ctx)
@@ -141,13 +141,13 @@ def _k_record(st, name, value, ctx):
     elif name == "namespace":
         st.namespaces.append(value)
     elif name == "kubeconfig":
-        raise _Deny(_kubeconfig_reason(ctx))
+        raise Deny(kubeconfig_reason(ctx))
     elif name == "all-namespaces":
         if value is None or value.text.lower() not in ("false", "0"):
-            raise _Deny("guard: the campaign sees only its own namespace: drop -A/--all-namespaces and pass -n %s "
+            raise Deny("guard: the campaign sees only its own namespace: drop -A/--all-namespaces and pass -n %s "
                         "(with --context %s)." % (ctx.setting("ATTUNE_NAMESPACE"), ctx.setting("ATTUNE_KUBE_CONTEXT")))
     elif name in _K_IDENTITY:
-        raise _Deny("guard: kubectl --%s is not allowed: the campaign's context alone selects the cluster and the "
+        raise Deny("guard: kubectl --%s is not allowed: the campaign's context alone selects the cluster and the "
                     "user. Drop it and pass --context %s -n %s." % (name, ctx.setting("ATTUNE_KUBE_CONTEXT"),
                                                                    ctx.setting("ATTUNE_NAMESPACE")))
     elif name == "filename":
@@ -159,9 +159,9 @@ def _k_record(st, name, value, ctx):
         st.values.setdefault(name, []).append(value)
 
 
-def _kubectl(prog, args, env, stdin, ctx, depth):
+def check_kubectl(prog, args, env, stdin, ctx, depth):
     if "KUBECONFIG" in env:
-        raise _Deny(_kubeconfig_reason(ctx))
+        raise Deny(kubeconfig_reason(ctx))
     first = _kubectl_parse(args, ctx, None, lenient=True)  # finds the verb: -f and -p depend on it
     verb = first.positionals[0].text if first.positionals else None
     st = _kubectl_parse(args, ctx, verb)
@@ -170,42 +170,42 @@ def _kubectl(prog, args, env, stdin, ctx, depth):
     context = ctx.setting("ATTUNE_KUBE_CONTEXT")
     namespace = ctx.setting("ATTUNE_NAMESPACE")
     if verb == "config":
-        raise _Deny("guard: kubectl config is not allowed: the campaign's context is fixed and the kubeconfig is "
+        raise Deny("guard: kubectl config is not allowed: the campaign's context is fixed and the kubeconfig is "
                     "not changed. Pass --context %s -n %s on each kubectl command instead."
                     % (context or "CONTEXT", namespace or "NAMESPACE"))
     if verb in _K_NEVER:
-        raise _Deny("guard: kubectl %s is never allowed to the agent (it changes nodes or opens the whole API); "
+        raise Deny("guard: kubectl %s is never allowed to the agent (it changes nodes or opens the whole API); "
                     "ask the cluster's operators." % verb)
     if verb not in _K_READ and verb not in _K_POD and verb not in _K_CHANGE:
-        raise _Deny("guard: kubectl %s is not a kubectl command the guard knows, so it cannot check it "
+        raise Deny("guard: kubectl %s is not a kubectl command the guard knows, so it cannot check it "
                     "(unparsable). Use get/describe/logs/exec or the attune verbs." % verb)
     if not context or not namespace or not ctx.setting("ATTUNE_RUN_PREFIX"):
         if ctx.setting("ATTUNE_BACKEND") == "local":
-            raise _Deny("guard: this campaign runs on the local backend (ATTUNE_BACKEND=local) and uses no "
+            raise Deny("guard: this campaign runs on the local backend (ATTUNE_BACKEND=local) and uses no "
                         "cluster; kubectl is not needed. Use the attune verbs.")
-        raise _Deny("guard: the campaign's frozen settings (.attune/settings.env) lack ATTUNE_KUBE_CONTEXT, "
+        raise Deny("guard: the campaign's frozen settings (.attune/settings.env) lack ATTUNE_KUBE_CONTEXT, "
                     "ATTUNE_NAMESPACE or ATTUNE_RUN_PREFIX, so the guard cannot check kubectl; start the campaign "
                     "with `attune init` first.")
     if not st.contexts:
-        raise _Deny("guard: kubectl must name the campaign's cluster: add --context %s -n %s." % (context, namespace))
+        raise Deny("guard: kubectl must name the campaign's cluster: add --context %s -n %s." % (context, namespace))
     for value in st.contexts:
         if value is None or value.text != context:
-            raise _Deny("guard: --context %s is not this campaign's context; use --context %s -n %s."
-                        % (_show(value.text) if value else "", context, namespace))
+            raise Deny("guard: --context %s is not this campaign's context; use --context %s -n %s."
+                        % (show(value.text) if value else "", context, namespace))
     if not st.namespaces:
-        raise _Deny("guard: kubectl must name the campaign's namespace: add -n %s (with --context %s)."
+        raise Deny("guard: kubectl must name the campaign's namespace: add -n %s (with --context %s)."
                     % (namespace, context))
     for value in st.namespaces:
         if value is None or value.text != namespace:
-            raise _Deny("guard: namespace %s is not this campaign's; the campaign works only in -n %s "
-                        "(with --context %s)." % (_show(value.text) if value else "", namespace, context))
+            raise Deny("guard: namespace %s is not this campaign's; the campaign works only in -n %s "
+                        "(with --context %s)." % (show(value.text) if value else "", namespace, context))
     if verb in _K_READ:
         if verb == "auth":
             sub = st.positionals[1].text if len(st.positionals) > 1 else ""
             if sub not in ("can-i", "whoami"):
-                raise _Deny("guard: kubectl auth %s changes access rules and is never allowed to the agent." % sub)
+                raise Deny("guard: kubectl auth %s changes access rules and is never allowed to the agent." % sub)
         for value in st.values.get("output-directory", []):
-            _check_write(ctx, value, "kubectl cluster-info dump into")
+            check_write(ctx, value, "kubectl cluster-info dump into")
         return
     if verb in _K_POD:
         _k_pod(verb, st, ctx)
@@ -238,38 +238,38 @@ def _k_pod(verb, st, ctx):
     pos = st.positionals[1:]
     if verb == "cp":
         if len(pos) < 2:
-            raise _Deny("guard: kubectl cp needs SRC and DST, one of them POD:PATH in one of this campaign's pods.")
+            raise Deny("guard: kubectl cp needs SRC and DST, one of them POD:PATH in one of this campaign's pods.")
         remotes = 0
         for word, is_dest in ((pos[0], False), (pos[1], True)):
             match = _K_CP_REMOTE.match(word.text)
             if match:
                 remotes += 1
                 if match.group(1) and match.group(1) != namespace:
-                    raise _Deny("guard: kubectl cp into namespace %s: the campaign works only in %s."
+                    raise Deny("guard: kubectl cp into namespace %s: the campaign works only in %s."
                                 % (match.group(1), namespace))
                 if not _k_pod_ok(ctx, match.group(2)):
-                    raise _Deny(_k_pod_reason(ctx, "cp", "pod %s" % match.group(2)))
+                    raise Deny(_k_pod_reason(ctx, "cp", "pod %s" % match.group(2)))
             elif is_dest:
-                _check_write(ctx, word, "kubectl cp into")
+                check_write(ctx, word, "kubectl cp into")
         if not remotes:
-            raise _Deny("guard: kubectl cp needs one side POD:PATH in one of this campaign's pods.")
+            raise Deny("guard: kubectl cp needs one side POD:PATH in one of this campaign's pods.")
         return
     if not pos:
         if verb == "logs" and st.selectors and all(v is not None and prefix in v.text for v in st.selectors):
             return
-        raise _Deny("guard: kubectl %s needs a pod named: one of this campaign's pods (starting with %s) or the "
+        raise Deny("guard: kubectl %s needs a pod named: one of this campaign's pods (starting with %s) or the "
                     "log pod %s." % (verb, prefix, ctx.setting("AUTOTUNE_LOG_POD") or "(none set)"))
     target = pos[0].text
     if verb == "debug":
         kind = target.partition("/")[0].lower() if "/" in target else "pod"
         if kind in _CLUSTER_SCOPED or not _k_pod_ok(ctx, target, allow_log_pod=False):
-            raise _Deny(_k_pod_reason(ctx, "debug", target) + " (debug may not target the log pod or nodes)")
+            raise Deny(_k_pod_reason(ctx, "debug", target) + " (debug may not target the log pod or nodes)")
         for value in st.values.get("copy-to", []):
             if value is None or not value.text.startswith(prefix):
-                raise _Deny("guard: kubectl debug --copy-to must name a pod starting with %s." % prefix)
+                raise Deny("guard: kubectl debug --copy-to must name a pod starting with %s." % prefix)
         return
     if not _k_pod_ok(ctx, target):
-        raise _Deny(_k_pod_reason(ctx, verb, target))
+        raise Deny(_k_pod_reason(ctx, verb, target))
 
 
 def _cluster_scoped(kind):
@@ -279,14 +279,14 @@ def _cluster_scoped(kind):
 def _k_name(ctx, verb, kind, name):
     prefix = ctx.setting("ATTUNE_RUN_PREFIX")
     if _cluster_scoped(kind):
-        raise _Deny("guard: kubectl %s of %s: cluster-scoped objects are outside the campaign's namespace and are "
+        raise Deny("guard: kubectl %s of %s: cluster-scoped objects are outside the campaign's namespace and are "
                     "never changed by the agent." % (verb, kind))
     if not name:
-        raise _Deny("guard: kubectl %s must name the objects it changes (names starting with %s). %s"
+        raise Deny("guard: kubectl %s must name the objects it changes (names starting with %s). %s"
                     % (verb, prefix, _K_HINT.get(verb, "")))
     if not name.startswith(prefix):
-        raise _Deny("guard: kubectl %s may change only this campaign's objects, whose names start with %s; "
-                    "%s %s is not one. %s" % (verb, prefix, kind, _show(name),
+        raise Deny("guard: kubectl %s may change only this campaign's objects, whose names start with %s; "
+                    "%s %s is not one. %s" % (verb, prefix, kind, show(name),
                                               _K_HINT.get(verb, "Other objects on the cluster belong to others.")))
 
 
@@ -310,12 +310,12 @@ def _k_change(verb, st, stdin, ctx):
         if sub in ("status", "history"):
             return
         if sub not in ("restart", "undo", "pause", "resume"):
-            raise _Deny("guard: kubectl rollout %s is not a rollout command the guard knows (unparsable)." % sub)
+            raise Deny("guard: kubectl rollout %s is not a rollout command the guard knows (unparsable)." % sub)
         pos = pos[1:]
     elif verb == "set":
         sub = pos[0].text if pos else ""
         if sub not in ("image", "env", "resources", "selector", "serviceaccount", "sa", "subject"):
-            raise _Deny("guard: kubectl set %s is not a set command the guard knows (unparsable)." % sub)
+            raise Deny("guard: kubectl set %s is not a set command the guard knows (unparsable)." % sub)
         pos = pos[1:]
     elif verb == "apply" and pos and pos[0].text == "view-last-applied":
         return
@@ -323,18 +323,18 @@ def _k_change(verb, st, stdin, ctx):
         pos = pos[1:]
     prefix = ctx.setting("ATTUNE_RUN_PREFIX")
     if "all" in st.flags:
-        raise _Deny("guard: kubectl %s --all would touch objects that are not the campaign's; name the objects "
+        raise Deny("guard: kubectl %s --all would touch objects that are not the campaign's; name the objects "
                     "(starting with %s). %s" % (verb, prefix, _K_HINT.get(verb, "")))
     if st.selectors and verb not in ("run", "expose", "create", "apply"):
-        raise _Deny("guard: kubectl %s with a selector may touch objects that are not the campaign's; name the "
+        raise Deny("guard: kubectl %s with a selector may touch objects that are not the campaign's; name the "
                     "objects (starting with %s). %s" % (verb, prefix, _K_HINT.get(verb, "")))
     if "prune" in st.flags:
-        raise _Deny("guard: kubectl apply --prune deletes objects the manifest does not name; drop --prune.")
+        raise Deny("guard: kubectl apply --prune deletes objects the manifest does not name; drop --prune.")
     if "kustomize" in st.flags:
-        raise _Deny("guard: kubectl %s -k: the guard cannot read kustomizations; render it (kubectl kustomize DIR "
+        raise Deny("guard: kubectl %s -k: the guard cannot read kustomizations; render it (kubectl kustomize DIR "
                     "> scratch/out.yaml) and pass -f scratch/out.yaml." % verb)
     if "raw" in st.flags:
-        raise _Deny("guard: kubectl %s --raw bypasses the object checks; name the objects instead." % verb)
+        raise Deny("guard: kubectl %s --raw bypasses the object checks; name the objects instead." % verb)
     checked = False
     if st.files:
         for obj in _manifest_objects(st, stdin, ctx):
@@ -355,7 +355,7 @@ def _k_change(verb, st, stdin, ctx):
     for value in st.values.get("name", []):
         _k_name(ctx, verb, "object", value.text if value is not None else "")
     if not checked:
-        raise _Deny("guard: kubectl %s must name the objects it changes (names starting with %s) or pass -f "
+        raise Deny("guard: kubectl %s must name the objects it changes (names starting with %s) or pass -f "
                     "MANIFEST. %s" % (verb, prefix, _K_HINT.get(verb, "")))
 
 
@@ -363,9 +363,9 @@ def _k_check_object(ctx, verb, obj):
     namespace = ctx.setting("ATTUNE_NAMESPACE")
     kind = obj["kind"] or "object"
     if obj["namespace"] is not None and obj["namespace"] != namespace:
-        raise _Deny("guard: the manifest (%s) puts %s %s in namespace %s; the campaign works only in %s. Drop "
-                    "metadata.namespace or set it to %s." % (obj["where"], kind, _show(obj["name"] or "?"),
-                                                             _show(obj["namespace"]), namespace, namespace))
+        raise Deny("guard: the manifest (%s) puts %s %s in namespace %s; the campaign works only in %s. Drop "
+                    "metadata.namespace or set it to %s." % (obj["where"], kind, show(obj["name"] or "?"),
+                                                             show(obj["namespace"]), namespace, namespace))
     _k_name(ctx, verb, kind, obj["name"] or obj["generateName"])
 
 
@@ -374,37 +374,37 @@ def _manifest_objects(st, stdin, ctx):
     recursive = "recursive" in st.flags
     for word in st.files:
         if word is None:
-            raise _Deny("guard: kubectl -f without a file.")
+            raise Deny("guard: kubectl -f without a file.")
         text = word.text
         if text == "-":
             if stdin is None:
-                raise _Deny("guard: kubectl -f - reads a manifest the guard cannot see; pass it with -f FILE or "
+                raise Deny("guard: kubectl -f - reads a manifest the guard cannot see; pass it with -f FILE or "
                             "as a here-document so that its names and namespaces can be checked.")
             texts = [("stdin", stdin)]
         elif re.match(r"^[A-Za-z][A-Za-z0-9+.-]*://", text):
-            raise _Deny("guard: kubectl -f %s: download the manifest first and pass -f FILE, so that the guard can "
+            raise Deny("guard: kubectl -f %s: download the manifest first and pass -f FILE, so that the guard can "
                         "check its names and namespaces." % text)
         elif not word.known:
-            raise _Deny("guard: kubectl -f %s: the guard cannot tell which manifest this is (unparsable); write "
-                        "the path out." % _show(text))
+            raise Deny("guard: kubectl -f %s: the guard cannot tell which manifest this is (unparsable); write "
+                        "the path out." % show(text))
         else:
             texts = _manifest_texts(ctx, text, recursive)
         for where, body in texts:
             try:
-                objects.extend(_parse_manifest(body, where))
-            except _ManifestError as exc:
-                raise _Deny("guard: cannot parse the manifest %s (%s), so its names and namespaces cannot be "
+                objects.extend(parse_manifest(body, where))
+            except ManifestError as exc:
+                raise Deny("guard: cannot parse the manifest %s (%s), so its names and namespaces cannot be "
                             "checked; write it as plain YAML or JSON." % (where, exc))
     if not objects:
-        raise _Deny("guard: found no objects in the manifest(s), so the guard cannot check what kubectl changes.")
+        raise Deny("guard: found no objects in the manifest(s), so the guard cannot check what kubectl changes.")
     return objects
 
 
 def _manifest_texts(ctx, text, recursive):
-    path = _resolve(ctx, text)
+    path = resolve_path(ctx, text)
     if path in ctx.virtual:
         if ctx.virtual[path] is None:
-            raise _Deny("guard: the manifest %s is written earlier in this command with text the guard cannot "
+            raise Deny("guard: the manifest %s is written earlier in this command with text the guard cannot "
                         "see; write it in one call and apply it in the next." % text)
         return [(text, ctx.virtual[path])]
     if os.path.isdir(path):
@@ -413,14 +413,14 @@ def _manifest_texts(ctx, text, recursive):
             dirs.sort()
             for name in sorted(files):
                 if name.endswith((".yaml", ".yml", ".json")):
-                    body = _read_real(os.path.join(root, name))
+                    body = read_real(os.path.join(root, name))
                     if body is not None:
                         out.append((os.path.join(root, name), body))
             if not recursive:
                 break
         return out
-    body = _read_real(path)
+    body = read_real(path)
     if body is None:
-        raise _Deny("guard: cannot read the manifest %s, so the names and namespaces it holds cannot be checked; "
+        raise Deny("guard: cannot read the manifest %s, so the names and namespaces it holds cannot be checked; "
                     "check the path (relative paths resolve against the working directory)." % text)
     return [(text, body)]

@@ -1,13 +1,13 @@
 """The guard's shell lexer and parser: it reads a command line the way bash would (quotes,
 escapes, ``$'...'``, ``$(...)``, backticks, process substitution, here-documents) into words
 (``Word``: the text where it is known, ``MARK`` where it is not) and redirections (``Redir``), and
-``_parse`` splits the tokens into simple commands (``_Command``) with subshell marks, remembering
+``parse_script`` splits the tokens into simple commands (``_Command``) with subshell marks, remembering
 which command pipes into which.
 """
 
 import re
 
-from .context import MARK, _Unparsable
+from .context import MARK, Unparsable
 
 
 # ------------------------------------------------------------------------------------------- lexer
@@ -71,7 +71,7 @@ def _heredoc_delim(s, j):
         if c in "'\"":
             end = s.find(c, j + 1)
             if end < 0:
-                raise _Unparsable("unbalanced quote in a here-document delimiter")
+                raise Unparsable("unbalanced quote in a here-document delimiter")
             out.append(s[j + 1:end])
             j = end + 1
         elif c == "\\":
@@ -117,7 +117,7 @@ def _close(s, j, opening, closing):
         if c == "'":
             end = s.find("'", j + 1)
             if end < 0:
-                raise _Unparsable("unbalanced single quote")
+                raise Unparsable("unbalanced single quote")
             j = end + 1
             continue
         if c == '"':
@@ -133,7 +133,7 @@ def _close(s, j, opening, closing):
             if depth == 0:
                 return j
         j += 1
-    raise _Unparsable("unbalanced %s ... %s" % (opening, closing))
+    raise Unparsable("unbalanced %s ... %s" % (opening, closing))
 
 
 def _skip_dquote(s, j):
@@ -152,7 +152,7 @@ def _skip_dquote(s, j):
             j = _skip_backtick(s, j + 1) + 1
             continue
         j += 1
-    raise _Unparsable("unbalanced double quote")
+    raise Unparsable("unbalanced double quote")
 
 
 def _skip_backtick(s, j):
@@ -164,14 +164,14 @@ def _skip_backtick(s, j):
         if s[j] == "`":
             return j
         j += 1
-    raise _Unparsable("unbalanced backtick")
+    raise Unparsable("unbalanced backtick")
 
 
 _ANSI = {"n": "\n", "t": "\t", "r": "\r", "a": "\a", "b": "\b", "f": "\f", "v": "\v", "e": "\x1b", "E": "\x1b",
          "\\": "\\", "'": "'", '"': '"', "?": "?"}
 
 
-class _Lexer(object):
+class Lexer(object):
     """A shell lexer: words (quotes removed, unknown parts as MARK), operators and redirections.
 
     The texts of command substitutions, backticks and process substitutions are collected in
@@ -237,7 +237,7 @@ class _Lexer(object):
         while self.i < self.n and s[self.i] in " \t":
             self.i += 1
         if self.i >= self.n or s[self.i] in "\n;&|()<>":
-            raise _Unparsable("the redirection %s has no target" % op)
+            raise Unparsable("the redirection %s has no target" % op)
         target = self._word()
         redir = Redir(op, fd, target)
         if op in ("<<", "<<-"):
@@ -265,7 +265,7 @@ class _Lexer(object):
 
     def _expand(self, text):
         """``text`` with its expansions as MARK (a here-document body, the inside of ``${...}``)."""
-        inner = _Lexer(text)
+        inner = Lexer(text)
         out = []
         while inner.i < inner.n:
             c = text[inner.i]
@@ -299,7 +299,7 @@ class _Lexer(object):
             elif c == "'":
                 end = s.find("'", self.i + 1)
                 if end < 0:
-                    raise _Unparsable("unbalanced single quote")
+                    raise Unparsable("unbalanced single quote")
                 out.append(s[self.i + 1:end])
                 self.i = end + 1
             elif c == '"':
@@ -337,7 +337,7 @@ class _Lexer(object):
             else:
                 out.append(c)
                 self.i += 1
-        raise _Unparsable("unbalanced double quote")
+        raise Unparsable("unbalanced double quote")
 
     def _dollar(self, quoted):
         s = self.s
@@ -410,7 +410,7 @@ class _Lexer(object):
                 continue
             out.append("\\" + e)
             j += 2
-        raise _Unparsable("unbalanced $'...' quote")
+        raise Unparsable("unbalanced $'...' quote")
 
     def _backtick(self):
         end = _skip_backtick(self.s, self.i + 1)
@@ -429,7 +429,7 @@ class _Command(object):
         self.pipe_from = pipe_from
 
 
-def _parse(tokens):
+def parse_script(tokens):
     """Simple commands in order; ``(`` and ``)`` become ("push", None) / ("pop", None) marks."""
     items = []
     cur = _Command(None)

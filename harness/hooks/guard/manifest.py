@@ -1,17 +1,17 @@
 """A small YAML reader for the kubectl manifests the guard must look into: enough block and flow
 YAML (mappings, lists, scalars, documents separated by ``---``) to find each object's kind,
-name and namespace, plus JSON; what it cannot read raises ``_ManifestError``.
+name and namespace, plus JSON; what it cannot read raises ``ManifestError``.
 """
 
 import json
 import re
 
 from .context import MARK
-from .paths import _split_top
+from .paths import split_top
 
 
 # ---------------------------------------------------------------------------- a small YAML reader
-class _ManifestError(Exception):
+class ManifestError(Exception):
     pass
 
 
@@ -84,7 +84,7 @@ def _flow(text):
     text = text.strip()
     if len(text) < 2 or text[0] not in "[{" or text[-1] not in "]}":
         return _plain(text)
-    parts = [p.strip() for p in _split_top(text[1:-1], ",") if p.strip()]
+    parts = [p.strip() for p in split_top(text[1:-1], ",") if p.strip()]
     if text[0] == "[":
         return [_flow(p) for p in parts]
     out = {}
@@ -133,10 +133,10 @@ class _Yaml(object):
             if i2 < ind or (i2 == ind and _is_item(text)):
                 break
             if i2 > ind:
-                raise _ManifestError("unexpected indentation at %r" % text[:60])
+                raise ManifestError("unexpected indentation at %r" % text[:60])
             pair = _split_key(text)
             if pair is None:
-                raise _ManifestError("expected key: value at %r" % text[:60])
+                raise ManifestError("expected key: value at %r" % text[:60])
             key, value = pair
             self.pos += 1
             if value == "":
@@ -198,7 +198,7 @@ def _objects_of(node, where):
              "namespace": None if namespace is None else str(namespace), "where": where}]
 
 
-def _parse_manifest(text, where):
+def parse_manifest(text, where):
     stripped = text.strip()
     if not stripped:
         return []
@@ -227,6 +227,6 @@ def _parse_manifest(text, where):
         parser = _Yaml(lines)
         node = parser.node(0)
         if parser.pos < len(lines):
-            raise _ManifestError("could not read past %r" % lines[parser.pos][1][:60])
+            raise ManifestError("could not read past %r" % lines[parser.pos][1][:60])
         objects.extend(_objects_of(node, where))
     return objects

@@ -8,12 +8,12 @@ written earlier in the same command.
 import glob
 import os
 
-from .context import campaign_files, _Deny, _GLOB_CHARS, MARK, MAX_READ, _mentions_protected, _NOTES, _show
+from .context import campaign_files, Deny, GLOB_CHARS, MARK, MAX_READ, mentions_protected, NOTES, show
 from .lexer import Word
 
 
 # ------------------------------------------------------------------------------------- path checks
-def _protected_reason(rel, how, path):
+def protected_reason(rel, how, path):
     top = rel.replace(os.sep, "/").split("/")[0]
     if rel == ".":
         what = "that would change the campaign directory itself or a folder holding it"
@@ -30,7 +30,7 @@ def _protected_reason(rel, how, path):
     else:
         what = "it is a campaign record (add a note to the ledger with `attune note TEXT`)"
     return ("guard: %s %s denied: %s is protected; %s. Records are written only by attune verbs; %s."
-            % (how, _show(path), rel if rel != "." else "the campaign directory", what, _NOTES))
+            % (how, show(path), rel if rel != "." else "the campaign directory", what, NOTES))
 
 
 def _protected_rel(ctx, path, base):
@@ -46,7 +46,7 @@ def _protected_rel(ctx, path, base):
     return rel if campaign_files.is_protected(rel) else None
 
 
-def _split_top(text, sep):
+def split_top(text, sep):
     parts = []
     depth = 0
     quote = None
@@ -81,7 +81,7 @@ def _brace_expand(text, limit=256):
         elif c == "}" and depth:
             depth -= 1
             if depth == 0:
-                parts = _split_top(text[start + 1:idx], ",")
+                parts = split_top(text[start + 1:idx], ",")
                 if len(parts) > 1:
                     out = []
                     for part in parts:
@@ -96,7 +96,7 @@ def _expansions(word, base):
     texts = _brace_expand(word.text) if word.brace else [word.text]
     out = []
     for text in texts:
-        if word.glob and _GLOB_CHARS.search(text):
+        if word.glob and GLOB_CHARS.search(text):
             out.extend(glob.glob(os.path.join(base, os.path.expanduser(text)))[:5000])
         out.append(text)
     return out
@@ -122,37 +122,37 @@ def _unknown_path_risky(ctx, text):
             continue
         if rel == "." or campaign_files.is_protected(rel):
             return True
-    return bool(_mentions_protected(ctx.root_text))
+    return bool(mentions_protected(ctx.root_text))
 
 
 def _check_path(ctx, path, base, how):
     rel = _protected_rel(ctx, path, base)
     if rel is not None:
-        raise _Deny(_protected_reason(rel, how, path))
+        raise Deny(protected_reason(rel, how, path))
 
 
-def _check_write(ctx, word, how):
+def check_write(ctx, word, how):
     """Deny when writing (or removing) the path ``word`` could touch a protected campaign path."""
     if word is None:
         return
     if not word.known:
         if _unknown_path_risky(ctx, word.text):
-            raise _Deny("guard: %s %s denied: the guard cannot tell where this path points and it may be a "
+            raise Deny("guard: %s %s denied: the guard cannot tell where this path points and it may be a "
                         "protected campaign file. Records are written only by attune verbs; write the path out, "
-                        "and %s." % (how, _show(word.text), _NOTES))
+                        "and %s." % (how, show(word.text), NOTES))
         return
     for base in ctx.bases:
         for path in _expansions(word, base):
             _check_path(ctx, path, base, how)
 
 
-def _check_dest(ctx, dest, sources, how, contents_on_slash=False):
+def check_dest(ctx, dest, sources, how, contents_on_slash=False):
     """The destination of cp/mv/ln/install/rsync: a file, or a folder receiving the sources
     (``contents_on_slash``: rsync copies the contents of a source written with a trailing slash)."""
     if dest is None:
         return
     if not dest.known:
-        _check_write(ctx, dest, how)
+        check_write(ctx, dest, how)
         return
     for base in ctx.bases:
         full = os.path.join(base, os.path.expanduser(dest.text))
@@ -161,10 +161,10 @@ def _check_dest(ctx, dest, sources, how, contents_on_slash=False):
             continue
         rel = _protected_rel(ctx, dest.text, base)
         if rel is not None and rel != ".":  # into a protected folder (the campaign root may take free files)
-            raise _Deny(_protected_reason(rel, how, dest.text))
+            raise Deny(protected_reason(rel, how, dest.text))
         for src in sources:
             if not src.known:
-                _check_write(ctx, Word(dest.text.rstrip("/") + "/" + MARK), how)
+                check_write(ctx, Word(dest.text.rstrip("/") + "/" + MARK), how)
                 continue
             names = []
             for path in _expansions(src, base):
@@ -178,16 +178,16 @@ def _check_dest(ctx, dest, sources, how, contents_on_slash=False):
                     names.append(os.path.basename(path.rstrip("/")))
             for name in names:
                 if name == MARK:
-                    _check_write(ctx, Word(dest.text.rstrip("/") + "/" + MARK), how)
+                    check_write(ctx, Word(dest.text.rstrip("/") + "/" + MARK), how)
                 else:
                     _check_path(ctx, os.path.join(full, name), base, how)
 
 
-def _resolve(ctx, text):
+def resolve_path(ctx, text):
     return os.path.normpath(os.path.join(ctx.bases[0], os.path.expanduser(text)))
 
 
-def _read_real(path):
+def read_real(path):
     try:
         if os.path.isfile(path) and os.path.getsize(path) <= MAX_READ:
             with open(path, "rb") as handle:
@@ -197,18 +197,18 @@ def _read_real(path):
     return None
 
 
-def _read_path(ctx, word):
+def read_path(ctx, word):
     """A file's text: what this command wrote to it earlier, else the file on disk; None if unknown."""
     if word is None or not word.known:
         return None
-    path = _resolve(ctx, word.text)
+    path = resolve_path(ctx, word.text)
     if path in ctx.virtual:
         return ctx.virtual[path]
-    return _read_real(path)
+    return read_real(path)
 
 
-def _read_virtual(ctx, word):
+def read_virtual(ctx, word):
     """A script written earlier in this same command (a here-document into a file), else None."""
     if word is None or not word.known:
         return None
-    return ctx.virtual.get(_resolve(ctx, word.text))
+    return ctx.virtual.get(resolve_path(ctx, word.text))

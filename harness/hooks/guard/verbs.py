@@ -15,7 +15,8 @@ import os
 import re
 import shlex
 
-from .context import _Deny
+from .context import Deny, checker
+from .kubectl import check_kubectl
 
 VERB = "attune"
 _UNQUOTED_BAD = frozenset(";&|<>()$`\\\n\r*?[]{}!#")
@@ -71,13 +72,14 @@ def strict_problem(command, campaign):
     return None
 
 
+@checker("attune")
 def _attune(prog, args, env, stdin, ctx, depth):
     """``attune`` as the program of a command anywhere in the call: the whole call must be the strict form."""
     problem = strict_problem(ctx.root_text, ctx.campaign)
     if problem is None and (depth or env or prog != VERB):
         problem = "attune behind a wrapper, an assignment or a path"
     if problem is not None:
-        raise _Deny("%s (here: %s)." % (_RULE, problem))
+        raise Deny("%s (here: %s)." % (_RULE, problem))
 
 
 _NO_CLUSTER = ("guard: kubectl cannot reach the cluster from the sandbox (no network). Inspect the campaign's own "
@@ -91,5 +93,8 @@ def kubectl_in_sandbox(check):
     the sandbox no kubectl reaches the cluster, and the verbs are the way there."""
     def _kubectl(prog, args, env, stdin, ctx, depth):
         check(prog, args, env, stdin, ctx, depth)
-        raise _Deny(_NO_CLUSTER)
+        raise Deny(_NO_CLUSTER)
     return _kubectl
+
+
+checker("kubectl", "kubectl.exe")(kubectl_in_sandbox(check_kubectl))

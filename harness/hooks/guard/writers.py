@@ -6,29 +6,33 @@ campaign paths.
 
 import re
 
+from .context import checker
+
 from .lexer import Word
-from .paths import _check_dest, _check_write
-from .commands import _run, _split_opts
+from .paths import check_dest, check_write
+from .commands import run_words, split_opts
 
 
 # --------------------------------------------------------------------------------- file writers
 def _writer_all(how, short_val="", long_val=()):
     def check(prog, args, env, stdin, ctx, depth):
-        opts, operands = _split_opts(args, short_val, long_val)
+        opts, operands = split_opts(args, short_val, long_val)
         for w in operands:
-            _check_write(ctx, w, how % prog)
+            check_write(ctx, w, how % prog)
     return check
 
 
+@checker("tee")
 def _tee(prog, args, env, stdin, ctx, depth):
-    opts, operands = _split_opts(args, "", ("output-error",))
+    opts, operands = split_opts(args, "", ("output-error",))
     for w in operands:
-        _check_write(ctx, w, "tee into")
+        check_write(ctx, w, "tee into")
 
 
 _SED_W = re.compile(r"(?:^|[;\n{}]|/[gpiIme0-9]*|[0-9$])\s*w\s+([^;\n}]+)")
 
 
+@checker("sed")
 def _sed(prog, args, env, stdin, ctx, depth):
     inplace = False
     scripts = []
@@ -85,22 +89,22 @@ def _sed(prog, args, env, stdin, ctx, depth):
         scripts.append(operands.pop(0).text)
     if inplace:
         for w in operands:
-            _check_write(ctx, w, "sed -i on")
+            check_write(ctx, w, "sed -i on")
     for script in scripts:
         for match in _SED_W.finditer(script):
-            _check_write(ctx, Word(match.group(1).strip()), "sed's w command writing")
+            check_write(ctx, Word(match.group(1).strip()), "sed's w command writing")
 
 
 def _copy_like(check_sources, how, short_val="tS", long_val=("target-directory", "suffix")):
     def check(prog, args, env, stdin, ctx, depth):
-        opts, operands = _split_opts(args, short_val, long_val)
+        opts, operands = split_opts(args, short_val, long_val)
         target = None
         for name, value in opts:
             if name in ("t", "target-directory"):
                 target = value
         if any(name in ("d", "directory") for name, _ in opts) and prog == "install":
             for w in operands:
-                _check_write(ctx, w, "install -d")
+                check_write(ctx, w, "install -d")
             return
         if target is not None:
             sources = operands
@@ -113,13 +117,14 @@ def _copy_like(check_sources, how, short_val="tS", long_val=("target-directory",
             return
         if check_sources:
             for w in sources:
-                _check_write(ctx, w, how % prog)
-        _check_dest(ctx, dest, sources, how % prog)
+                check_write(ctx, w, how % prog)
+        check_dest(ctx, dest, sources, how % prog)
     return check
 
 
+@checker("rsync")
 def _rsync(prog, args, env, stdin, ctx, depth):
-    opts, operands = _split_opts(args, "eBfTM", (
+    opts, operands = split_opts(args, "eBfTM", (
         "rsh", "exclude", "include", "exclude-from", "include-from", "files-from", "filter", "rsync-path", "temp-dir",
         "compare-dest", "copy-dest", "link-dest", "backup-dir", "suffix", "chmod", "chown", "log-file", "partial-dir",
         "password-file", "out-format", "timeout", "bwlimit", "max-size", "min-size", "port", "block-size", "usermap",
@@ -133,44 +138,49 @@ def _rsync(prog, args, env, stdin, ctx, depth):
     names = [name for name, _ in opts]
     if "remove-source-files" in names:
         for w in sources:
-            _check_write(ctx, w, "rsync --remove-source-files on")
+            check_write(ctx, w, "rsync --remove-source-files on")
     if any(name.startswith("delete") for name in names):
-        _check_write(ctx, dest, "rsync --delete into")
-    _check_dest(ctx, dest, sources, "rsync into", contents_on_slash=True)
+        check_write(ctx, dest, "rsync --delete into")
+    check_dest(ctx, dest, sources, "rsync into", contents_on_slash=True)
 
 
+@checker("dd")
 def _dd(prog, args, env, stdin, ctx, depth):
     for w in args:
         if w.text.startswith("of="):
-            _check_write(ctx, Word(w.text[3:]), "dd of=")
+            check_write(ctx, Word(w.text[3:]), "dd of=")
 
 
+@checker("sort")
 def _sort(prog, args, env, stdin, ctx, depth):
-    opts, operands = _split_opts(args, "okTtS", ("output", "key", "field-separator", "temporary-directory",
+    opts, operands = split_opts(args, "okTtS", ("output", "key", "field-separator", "temporary-directory",
                                                  "buffer-size"))
     for name, value in opts:
         if name in ("o", "output"):
-            _check_write(ctx, value, "sort -o writing")
+            check_write(ctx, value, "sort -o writing")
 
 
+@checker("curl")
 def _curl(prog, args, env, stdin, ctx, depth):
-    opts, operands = _split_opts(args, "oXHdFuAeEKrTwxyzbcCDm", (
+    opts, operands = split_opts(args, "oXHdFuAeEKrTwxyzbcCDm", (
         "output", "request", "header", "data", "data-raw", "data-binary", "form", "user", "user-agent", "referer",
         "cert", "config", "range", "upload-file", "write-out", "proxy", "cookie", "cookie-jar", "dump-header",
         "max-time", "connect-timeout", "url", "output-dir"))
     for name, value in opts:
         if name in ("o", "output", "D", "dump-header", "c", "cookie-jar"):
-            _check_write(ctx, value, "curl writing")
+            check_write(ctx, value, "curl writing")
 
 
+@checker("wget")
 def _wget(prog, args, env, stdin, ctx, depth):
-    opts, operands = _split_opts(args, "OoaPtTUe", ("output-document", "output-file", "append-output",
+    opts, operands = split_opts(args, "OoaPtTUe", ("output-document", "output-file", "append-output",
                                                    "directory-prefix", "tries", "timeout", "user-agent"))
     for name, value in opts:
         if name in ("O", "output-document", "o", "output-file", "a", "append-output"):
-            _check_write(ctx, value, "wget writing")
+            check_write(ctx, value, "wget writing")
 
 
+@checker("find")
 def _find(prog, args, env, stdin, ctx, depth):
     i = 0
     n = len(args)
@@ -193,13 +203,27 @@ def _find(prog, args, env, stdin, ctx, depth):
             for root in roots:
                 run = [Word(w.text.replace("{}", root.text), w.raw, w.glob, w.brace) for w in words]
                 if run:
-                    _run(run, {}, None, ctx, depth + 1)
+                    run_words(run, {}, None, ctx, depth + 1)
             i = j + 1
             continue
         if t == "-delete":
             for root in roots:
-                _check_write(ctx, root, "find -delete under")
+                check_write(ctx, root, "find -delete under")
         elif t in ("-fprint", "-fprint0", "-fls", "-fprintf") and i + 1 < n:
-            _check_write(ctx, args[i + 1], "find %s writing" % t)
+            check_write(ctx, args[i + 1], "find %s writing" % t)
             i += 1
         i += 1
+
+
+# the checkers made by the factories above
+checker("mv")(_copy_like(True, "%s of"))
+checker("cp")(_copy_like(False, "%s into"))
+checker("ln")(_copy_like(False, "%s creating"))
+checker("install")(_copy_like(False, "%s into", "tSgmo", ("target-directory", "suffix", "group", "mode", "owner")))
+checker("rm", "unlink", "rmdir")(_writer_all("%s of"))
+checker("shred")(_writer_all("%s of", "nsu", ("iterations", "size")))
+checker("mkdir")(_writer_all("%s in", "m", ("mode", "context")))
+checker("chmod", "chgrp")(_writer_all("%s of", "", ("reference",)))
+checker("chown")(_writer_all("%s of", "", ("reference", "from")))
+checker("touch")(_writer_all("%s of", "dtr", ("date", "reference", "time")))
+checker("truncate")(_writer_all("%s of", "sr", ("size", "reference")))
