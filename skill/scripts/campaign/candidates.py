@@ -19,6 +19,7 @@ from attune.core import files, legality, levers as levers_mod, workload
 from attune.core.errors import CheckFailed, InputError
 from attune.core.recipe import Recipe, diff
 
+from . import podhooks, results as results_mod
 from .ledger import RUNS, Campaign
 
 RECORD = "candidate.json"
@@ -241,3 +242,23 @@ def read_record(path) -> dict:
 def launch_fields(record: dict) -> dict:
     """What the candidate's launch row records of it (``LAUNCH_FIELDS`` it has)."""
     return {key: record[key] for key in LAUNCH_FIELDS if record.get(key) is not None}
+
+
+def text(record: dict, campaign: Campaign) -> str:
+    """A candidate record as ``attune candidate new`` prints it: the run, its recipe, parent, lever and change,
+    the projection, the gate's class of each change and what the gate will refuse."""
+    lines = ["run: %s" % record["run"], "recipe: %s" % (campaign.run_dir(record["run"]) / "recipe.yaml"),
+             "parent: %s" % record["parent"], "lever: %s" % record["lever"], "gpus: %d" % record["gpus"]]
+    lines += ["leave_out: %s" % record["leave_out"]] if "leave_out" in record else []
+    lines += ["change: %s" % results_mod.describe_change(item) for item in record["change"]]
+    lines += ["pod_hook: %s" % podhooks.describe(hook) for hook in record.get("pod_hooks", ())]
+    if "projection" in record:
+        proj = record["projection"]
+        lines.append("projection: %.1f tokens/s/GPU on %s, memory %s%s" % (
+            proj["tokens_per_s_per_gpu"], proj["hardware"], describe_memory(proj),
+            "" if proj["fits"] else " (DOES NOT FIT: launched only because of --force)"))
+    gate = record["gate_config"]
+    lines += ["gate_class: %s %s" % (item["name"], item["class"]) for item in gate["changes"]]
+    lines += ["warning: the gate will fail this candidate, so it can never lead or ship: %s" % reason
+              for reason in gate["reasons"]]
+    return "\n".join(lines)

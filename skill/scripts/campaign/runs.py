@@ -191,6 +191,14 @@ def _submit(campaign: Campaign, settings, plan: Plan, expected_gpu_hours, gpu, p
     return row
 
 
+def launch_text(row: dict) -> str:
+    """A launch row as ``attune launch`` prints it."""
+    lines = ["run: %s" % row["run"], "purpose: %s" % row["purpose"], "gpus: %d" % row["gpus"],
+             "backend: %s" % row["backend"]]
+    lines += ["pod_hook: %s" % podhooks.describe(hook) for hook in row.get("pod_hooks", ())]
+    return "\n".join(lines)
+
+
 def poll(campaign: Campaign, settings, run: str) -> backends.Status:
     if run not in _launch_rows(campaign):
         raise InputError("the ledger has no launch of run %s" % run)

@@ -6,7 +6,7 @@ import json
 import time
 from pathlib import Path
 
-from attune.campaign import ledger as campaign_mod, podhooks, results as results_mod
+from attune.campaign import ledger as campaign_mod, podhooks
 from attune.core.errors import EXIT_CHECK_FAILED, EXIT_OK, CheckFailed, InputError
 
 from .base import campaign_dir, campaign_settings, emit, verb
@@ -46,21 +46,7 @@ def cmd_candidate(args) -> int:
     changes = candidates.parse_changes(*given) if any(given) or not args.leave_out else []
     record = candidates.new(campaign, settings, args.parent, changes, args.lever, args.hypothesis, args.gpu,
                             podhooks.parse(args.pod_hook), force=args.force, leave_out_of=args.leave_out)
-    lines = ["run: %s" % record["run"], "recipe: %s" % (campaign.run_dir(record["run"]) / "recipe.yaml"),
-             "parent: %s" % record["parent"], "lever: %s" % record["lever"], "gpus: %d" % record["gpus"]]
-    lines += ["leave_out: %s" % record["leave_out"]] if "leave_out" in record else []
-    lines += ["change: %s" % results_mod.describe_change(item) for item in record["change"]]
-    lines += ["pod_hook: %s" % podhooks.describe(hook) for hook in record.get("pod_hooks", ())]
-    if "projection" in record:
-        proj = record["projection"]
-        lines.append("projection: %.1f tokens/s/GPU on %s, memory %s%s" % (
-            proj["tokens_per_s_per_gpu"], proj["hardware"], candidates.describe_memory(proj),
-            "" if proj["fits"] else " (DOES NOT FIT: launched only because of --force)"))
-    gate = record["gate_config"]
-    lines += ["gate_class: %s %s" % (item["name"], item["class"]) for item in gate["changes"]]
-    lines += ["warning: the gate will fail this candidate, so it can never lead or ship: %s" % reason
-              for reason in gate["reasons"]]
-    emit(args, record, "\n".join(lines))
+    emit(args, record, candidates.text(record, campaign))
     return EXIT_OK
 
 
@@ -78,7 +64,7 @@ def _project_arguments(p) -> None:
                  arguments=_project_arguments, config=False)
 def cmd_project(args) -> int:
     from attune.core.recipe import Recipe
-    from attune.projection.api import project
+    from attune.projection import api
     path = Path(args.recipe)
     recipe = Recipe.load(path)
     env = recipe.env()
@@ -88,22 +74,9 @@ def cmd_project(args) -> int:
     gpus = args.gpus or (int(env["ATTUNE_SIM_GPUS"]) if env.get("ATTUNE_SIM_GPUS", "").isdigit() else recipe.gpus())
     if gpus <= 0:
         recipe.require_gpus()
-    out = project(recipe.args(), gpus, hardware, args.gpus_per_node)
-    mem, time_ = out["memory"], out["time"]
-    layout = " ".join("%s=%s" % item for item in out["layout"].items())
-    lines = ["recipe: %s" % path, "hardware: %s x %d (%d per node)" % (out["hardware"], out["gpus"], out["gpus_per_node"]),
-             "layout: %s" % layout,
-             "memory: %.1f GiB of %.1f GiB usable (%.0f GiB HBM): %s" % (
-                 mem["total_gib"], mem["usable_gib"], mem["hbm_gib"], "fits" if mem["fits"] else "DOES NOT FIT"),
-             "memory_breakdown_gib: %s" % ", ".join("%s %.2f" % item for item in mem["breakdown_gib"].items()),
-             "step_s: %.4f (compute %.4f, exposed communication %.4f, bubble %.4f)" % (
-                 time_["step_s"], time_["compute_s"], time_["exposed_comm_s"], time_["bubble_s"]),
-             "tokens_per_s_per_gpu: %.1f" % out["tokens_per_s_per_gpu"],
-             "model_tflops_per_gpu: %.1f" % out["model_tflops_per_gpu"], "mfu: %.3f" % out["mfu"],
-             "calibrated: %s" % out["params"].get("calibrated")]
-    lines += ["warning: %s" % warning for warning in out["warnings"]]
-    emit(args, out, "\n".join(lines))
-    return EXIT_OK if mem["fits"] else EXIT_CHECK_FAILED
+    out = api.project(recipe.args(), gpus, hardware, args.gpus_per_node)
+    emit(args, out, api.text(out, path))
+    return EXIT_OK if out["memory"]["fits"] else EXIT_CHECK_FAILED
 
 
 def _launch_arguments(p) -> None:
@@ -143,10 +116,7 @@ def cmd_launch(args) -> int:
     else:
         row = runs_mod.launch_repeat(campaign, settings, args.repeat_of or args.profile_of, confirm=args.confirm,
                                      profile=bool(args.profile_of), **common)
-    lines = ["run: %s" % row["run"], "purpose: %s" % row["purpose"], "gpus: %d" % row["gpus"],
-             "backend: %s" % row["backend"]]
-    lines += ["pod_hook: %s" % podhooks.describe(hook) for hook in row.get("pod_hooks", ())]
-    emit(args, {"launch": row}, "\n".join(lines))
+    emit(args, {"launch": row}, runs_mod.launch_text(row))
     return EXIT_OK
 
 

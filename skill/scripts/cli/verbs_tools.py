@@ -83,28 +83,7 @@ def cmd_gate(args) -> int:
         check_config(args)
         result = gate_mod.run_gate(args.baseline, args.candidate, args.repeat or (), steps,
                                    Rules(overrides=args.rules or None))
-    conv = result["convergence"]
-    calibrated = conv.get("calibrated") or {}
-    lines = ["verdict: %s" % result["verdict"],
-             "config: %s (%d change(s))" % ("pass" if result["config"]["passed"] else "fail",
-                                           len(result["config"]["changes"])),
-             "bridge: %s%s" % ("pass" if conv["bridge"]["passed"] else "fail",
-                               " (%s)" % ", ".join(conv["bridge"]["failed_metrics"]) if conv["bridge"]["failed_metrics"]
-                               else ""),
-             "calibrated: %s" % ({True: "pass", False: "fail"}.get(calibrated.get("passed"), "not run"))]
-    for change in result["config"]["changes"]:
-        lines.append("change: %s %s: %s -> %s: %s%s" % (
-            change["kind"], change["name"], "unset" if change["old"] is None else change["old"],
-            "unset" if change["new"] is None else change["new"], change["class"], " (exact)" if change.get("exact") else ""))
-    from attune.correctness.convergence import STATISTICS
-    for name in STATISTICS:
-        if calibrated.get(name):
-            stat = calibrated[name]
-            lines.append("%s: %.4g%% (threshold %.4g%%, %s)" % (name, stat["value"] * 100, stat["threshold"] * 100,
-                                                            stat["threshold_basis"]))
-    lines += ["reason: %s" % reason for reason in result["reasons"]]
-    lines += ["warning: %s" % warning for warning in result["warnings"]]
-    emit(args, result, "\n".join(lines))
+    emit(args, result, gate_mod.text(result))
     return EXIT_OK if result["verdict"] == "pass" else EXIT_CHECK_FAILED
 
 

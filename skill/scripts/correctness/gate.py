@@ -274,3 +274,29 @@ def gate_campaign_run(campaign, settings, run: str, extra_repeats=(), steps=DEFA
     row = campaign.append("gate", **row_payload(result))
     result["ledger_seq"] = row["seq"]
     return result
+
+
+def text(result: dict) -> str:
+    """A gate result (``run_gate``) as ``attune gate`` prints it: the verdict, each check, each change with its
+    class, the calibrated statistics against their thresholds, the reasons and the warnings."""
+    conv = result["convergence"]
+    calibrated = conv.get("calibrated") or {}
+    lines = ["verdict: %s" % result["verdict"],
+             "config: %s (%d change(s))" % ("pass" if result["config"]["passed"] else "fail",
+                                           len(result["config"]["changes"])),
+             "bridge: %s%s" % ("pass" if conv["bridge"]["passed"] else "fail",
+                               " (%s)" % ", ".join(conv["bridge"]["failed_metrics"]) if conv["bridge"]["failed_metrics"]
+                               else ""),
+             "calibrated: %s" % ({True: "pass", False: "fail"}.get(calibrated.get("passed"), "not run"))]
+    for change in result["config"]["changes"]:
+        lines.append("change: %s %s: %s -> %s: %s%s" % (
+            change["kind"], change["name"], "unset" if change["old"] is None else change["old"],
+            "unset" if change["new"] is None else change["new"], change["class"], " (exact)" if change.get("exact") else ""))
+    for name in convergence.STATISTICS:
+        if calibrated.get(name):
+            stat = calibrated[name]
+            lines.append("%s: %.4g%% (threshold %.4g%%, %s)" % (name, stat["value"] * 100, stat["threshold"] * 100,
+                                                            stat["threshold_basis"]))
+    lines += ["reason: %s" % reason for reason in result["reasons"]]
+    lines += ["warning: %s" % warning for warning in result["warnings"]]
+    return "\n".join(lines)

@@ -122,3 +122,22 @@ def project(args: Mapping, gpus: int, hardware: str, gpus_per_node: Optional[int
         "params": info,
         "warnings": warnings,
     }
+
+
+def text(out: dict, path) -> str:
+    """A projection (``project``) of the recipe at ``path`` as ``attune project`` prints it: layout, memory per GPU
+    against HBM with its breakdown, step time and its parts, tokens/s/GPU, TFLOP/s, MFU and the warnings."""
+    mem, time_ = out["memory"], out["time"]
+    layout = " ".join("%s=%s" % item for item in out["layout"].items())
+    lines = ["recipe: %s" % path, "hardware: %s x %d (%d per node)" % (out["hardware"], out["gpus"], out["gpus_per_node"]),
+             "layout: %s" % layout,
+             "memory: %.1f GiB of %.1f GiB usable (%.0f GiB HBM): %s" % (
+                 mem["total_gib"], mem["usable_gib"], mem["hbm_gib"], "fits" if mem["fits"] else "DOES NOT FIT"),
+             "memory_breakdown_gib: %s" % ", ".join("%s %.2f" % item for item in mem["breakdown_gib"].items()),
+             "step_s: %.4f (compute %.4f, exposed communication %.4f, bubble %.4f)" % (
+                 time_["step_s"], time_["compute_s"], time_["exposed_comm_s"], time_["bubble_s"]),
+             "tokens_per_s_per_gpu: %.1f" % out["tokens_per_s_per_gpu"],
+             "model_tflops_per_gpu: %.1f" % out["model_tflops_per_gpu"], "mfu: %.3f" % out["mfu"],
+             "calibrated: %s" % out["params"].get("calibrated")]
+    lines += ["warning: %s" % warning for warning in out["warnings"]]
+    return "\n".join(lines)
