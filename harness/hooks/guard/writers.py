@@ -160,24 +160,23 @@ def _sort(prog, args, env, stdin, ctx, depth):
             check_write(ctx, value, "sort -o writing")
 
 
-@checker("curl")
-def _curl(prog, args, env, stdin, ctx, depth):
-    opts, operands = split_opts(args, "oXHdFuAeEKrTwxyzbcCDm", (
-        "output", "request", "header", "data", "data-raw", "data-binary", "form", "user", "user-agent", "referer",
-        "cert", "config", "range", "upload-file", "write-out", "proxy", "cookie", "cookie-jar", "dump-header",
-        "max-time", "connect-timeout", "url", "output-dir"))
-    for name, value in opts:
-        if name in ("o", "output", "D", "dump-header", "c", "cookie-jar"):
-            check_write(ctx, value, "curl writing")
+def _output_options(short, long, outputs, what):
+    """The checker of a program that writes only where some of its options say (curl -o, wget -O)."""
+    def check(prog, args, env, stdin, ctx, depth):
+        opts, _operands = split_opts(args, short, long)
+        for name, value in opts:
+            if name in outputs:
+                check_write(ctx, value, what)
+    return check
 
 
-@checker("wget")
-def _wget(prog, args, env, stdin, ctx, depth):
-    opts, operands = split_opts(args, "OoaPtTUe", ("output-document", "output-file", "append-output",
-                                                   "directory-prefix", "tries", "timeout", "user-agent"))
-    for name, value in opts:
-        if name in ("O", "output-document", "o", "output-file", "a", "append-output"):
-            check_write(ctx, value, "wget writing")
+checker("curl")(_output_options("oXHdFuAeEKrTwxyzbcCDm", (
+    "output", "request", "header", "data", "data-raw", "data-binary", "form", "user", "user-agent", "referer", "cert",
+    "config", "range", "upload-file", "write-out", "proxy", "cookie", "cookie-jar", "dump-header", "max-time",
+    "connect-timeout", "url", "output-dir"), ("o", "output", "D", "dump-header", "c", "cookie-jar"), "curl writing"))
+checker("wget")(_output_options("OoaPtTUe", ("output-document", "output-file", "append-output", "directory-prefix",
+                                             "tries", "timeout", "user-agent"),
+                                ("O", "output-document", "o", "output-file", "a", "append-output"), "wget writing"))
 
 
 @checker("find")

@@ -68,7 +68,8 @@ def violations(root: Path) -> list:
         for line, name, taken in _imports(path, module, is_package):
             top = name.split(".")[0]
             if top in local:
-                problems.append((where % line, "imports %s outside the attune namespace: import attune.%s" % (name, name)))
+                problems.append((where % line, "imports %s outside the attune namespace: import attune.%s"
+                                 % (name, name)))
                 continue
             if top != "attune":
                 continue
@@ -84,7 +85,8 @@ def violations(root: Path) -> list:
                 continue
             allowed = ISOLATED.get(mine)
             if allowed is not None and target not in allowed:
-                problems.append((where % line, "%s imports attune.%s: it imports nothing else of ours" % (mine, target)))
+                problems.append((where % line, "%s imports attune.%s: it imports nothing else of ours"
+                                 % (mine, target)))
             elif LAYER[target] >= LAYER[mine]:
                 problems.append((where % line, "%s (layer %d) imports attune.%s (layer %d): imports point only down"
                                  % (mine, LAYER[mine], target, LAYER[target])))
@@ -114,18 +116,19 @@ def _tree(tmp_path, files):
     return tmp_path
 
 
-@pytest.mark.parametrize("files, expected", [
-    ({"core/recipe.py": "from attune.campaign import ranking\n"}, "core (layer 0) imports attune.campaign (layer 3)"),
-    ({"core/recipe.py": "def f():\n    from ..projection import api\n"}, "core (layer 0) imports attune.projection"),
-    ({"correctness/gate.py": "from attune.projection import api\n"}, "correctness (layer 1) imports attune.projection (layer 1)"),
-    ({"campaign/runs.py": "from attune.cli import main\n"}, "campaign (layer 3) imports attune.cli (layer 4)"),
-    ({"cli/verbs.py": "from attune.planner import agent\n"}, "cli (layer 4) imports attune.planner (layer 4)"),
-    ({"pod_hooks/wrap.py": "from attune.core import errors\n"}, "pod_hooks imports attune.core"),
-    ({"data/rows.py": "import correctness.rules\n"}, "outside the attune namespace"),
-    ({"data/rows.py": "from attune import Campaign\n"}, "takes Campaign from the root package"),
+@pytest.mark.parametrize("path, source, expected", [
+    ("core/recipe.py", "from attune.campaign import ranking\n", "core (layer 0) imports attune.campaign (layer 3)"),
+    ("core/recipe.py", "def f():\n    from ..projection import api\n", "core (layer 0) imports attune.projection"),
+    ("correctness/gate.py", "from attune.projection import api\n",
+     "correctness (layer 1) imports attune.projection (layer 1)"),
+    ("campaign/runs.py", "from attune.cli import main\n", "campaign (layer 3) imports attune.cli (layer 4)"),
+    ("cli/verbs.py", "from attune.planner import agent\n", "cli (layer 4) imports attune.planner (layer 4)"),
+    ("pod_hooks/wrap.py", "from attune.core import errors\n", "pod_hooks imports attune.core"),
+    ("data/rows.py", "import correctness.rules\n", "outside the attune namespace"),
+    ("data/rows.py", "from attune import Campaign\n", "takes Campaign from the root package"),
 ])
-def test_the_checker_refuses_an_import_that_points_up(tmp_path, files, expected):
-    problems = violations(_tree(tmp_path, files))
+def test_the_checker_refuses_an_import_that_points_up(tmp_path, path, source, expected):
+    problems = violations(_tree(tmp_path, {path: source}))
     assert len(problems) == 1 and expected in problems[0][1], problems
 
 
