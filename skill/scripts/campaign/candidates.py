@@ -15,7 +15,7 @@ import os
 import re
 from typing import Optional
 
-from attune.core import files, legality, levers as levers_mod, workload
+from attune.core import files, legality, levers as levers_mod, slime, workload
 from attune.core.errors import CheckFailed, InputError
 from attune.core.recipe import Recipe, diff
 
@@ -202,7 +202,7 @@ def new(campaign: Campaign, settings, parent: str, changes: list, lever: str, hy
     problems = workload.compare(baseline, child)
     if problems:
         raise InputError("; ".join(problems))
-    legality.require(child, gpu, trusted=baseline.args(), what="the candidate")
+    legality.require(child, gpu, trusted=baseline.args(), what="the candidate", known=known_flags(child))
     projection = projected(child, gpu)
     if projection is not None and not projection["fits"] and not force:
         raise CheckFailed("the projection says the candidate does not fit in GPU memory on %s: %s. Fix: choose a "
@@ -223,6 +223,16 @@ def new(campaign: Campaign, settings, parent: str, changes: list, lever: str, hy
         record["projection"] = projection
     (directory / RECORD).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
     return record
+
+
+def known_flags(recipe: Recipe):
+    """Every flag the recipe's program defines where it ignores the others silently (slime: its own and the
+    Megatron-LM flags it passes through, from the gate's argument inventory); None for Megatron-LM, which refuses
+    an unknown flag itself."""
+    if not slime.is_slime(recipe.command.program, recipe.args()):
+        return None
+    from attune.correctness import inventory
+    return inventory.slime_flags()
 
 
 def read_record(path) -> dict:

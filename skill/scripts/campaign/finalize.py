@@ -13,7 +13,7 @@ import hashlib
 from pathlib import Path
 from typing import Optional
 
-from attune.core import logparse, triage
+from attune.core import logparse, slime as slime_mod, triage
 from attune.core.measure import encode_float
 
 from .ledger import Campaign
@@ -30,6 +30,7 @@ class RunFacts:
     ended: float
     gpus: int
     seq_length: Optional[int] = None  # from the recipe (Megatron does not print it per step)
+    slime: Optional[slime_mod.Shape] = None  # a slime run's mode and GPUs, from its recipe (core/slime.py)
     events: tuple = ()
     seconds_without_progress: Optional[float] = None
     hang_after_s: float = 900.0
@@ -96,7 +97,10 @@ def derive(facts: RunFacts) -> dict:
         log_sha = hashlib.sha256(data).hexdigest() if data is not None else _sha256_file(log)
         if data is not None:  # a small log's lines name a nan_loss step's line; a larger one is triaged from
             lines = data.decode("utf-8", errors="replace").split("\n")  # the parse (its crash lines) alone
-    metrics, warnings = metrics_columns(parsed, facts.seq_length, facts.gpus)
+    if facts.slime is not None:  # scored per rollout from its perf records (measurement.md §3.2)
+        metrics, warnings = slime_mod.metrics_columns(parsed, facts.slime)
+    else:
+        metrics, warnings = metrics_columns(parsed, facts.seq_length, facts.gpus)
     found = triage.classify(parsed, exit_code=facts.exit_code, events=facts.events,
                             seconds_without_progress=facts.seconds_without_progress,
                             hang_after_s=facts.hang_after_s, log_lines=lines, backend_message=facts.backend_message)

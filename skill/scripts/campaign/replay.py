@@ -165,7 +165,7 @@ def _result(campaign, settings, backend, row: dict, launch: Optional[dict]) -> O
         return Mismatch.of(row, "evidence", launch["recipe_sha256"], _Text(problem[0]), _relative(campaign, recipe),
                            problem[1])
     try:
-        seq_length = runs.seq_length(run_dir)
+        seq_length, shape = runs.seq_length(run_dir), runs.slime_shape(run_dir)
     except AttuneError as exc:
         return Mismatch.of(row, "evidence", None, _Text("is unusable"), _relative(campaign, recipe), str(exc))
     status = backend.status(run_dir)
@@ -173,6 +173,7 @@ def _result(campaign, settings, backend, row: dict, launch: Optional[dict]) -> O
     whole = known or recorded.get("status") == "finished"  # else: what the log alone gives (LOG_FIELDS)
     facts = finalize.RunFacts(run=run, log_path=log, exit_code=status.exit_code if known else (0 if whole else None),
                               started=0.0, ended=0.0, gpus=launch["gpus"], seq_length=seq_length,
+                              slime=shape,
                               events=(unavailable,) if unavailable else (), hang_after_s=settings.hang_after_s,
                               backend_message=status.message if known else None)
     derived = _json(finalize.derive(facts))

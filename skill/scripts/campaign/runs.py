@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import Optional
 
-from attune.core import files, legality, workload
+from attune.core import files, legality, slime, workload
 from attune.core.chainlog import parse_ts
 from attune.core.errors import CheckFailed, InputError
 from attune.core.recipe import Recipe
@@ -29,7 +29,7 @@ from .ledger import Campaign
 from .runview import SUBMIT_FAILED
 
 HANG_AFTER_S = 900.0
-SIMULATED_PROGRAM = "sim_megatron.py"  # simulate/: the simulated Megatron-LM workload
+SIMULATED_PROGRAMS = ("sim_megatron.py", "sim_slime.py")  # simulate/: the simulated Megatron-LM and slime workloads
 PENDING_AFTER_S = 1800.0
 
 
@@ -152,7 +152,7 @@ def _submit(campaign: Campaign, settings, plan: Plan, expected_gpu_hours, gpu, p
     payload = {"run": run, "purpose": plan.purpose,
                "recipe_sha256": hashlib.sha256(plan.text.encode("utf-8")).hexdigest(), "gpus": recipe.gpus(),
                "backend": settings.backend}
-    if Path(recipe.command.program).name == SIMULATED_PROGRAM:  # every output marks such a run SIMULATED
+    if Path(recipe.command.program).name in SIMULATED_PROGRAMS:  # every output marks such a run SIMULATED
         payload["simulated"] = True
     if any(hook["name"] == "cpu" for hook in hooks):  # a real program on a CPU: every output marks it cpu
         payload["cpu"] = True
@@ -238,7 +238,8 @@ def finalize(campaign: Campaign, settings, run: str, hang_after_s: float = HANG_
     if simulated is not None:  # charged for the time the simulated run stands for, not the seconds it took here
         ended = started + simulated
     facts = RunFacts(run=run, log_path=log, exit_code=status.exit_code, started=started, ended=ended,
-                     gpus=launches[run]["gpus"], seq_length=seq, events=events, seconds_without_progress=quiet,
+                     gpus=launches[run]["gpus"], seq_length=seq, slime=slime_shape(run_dir), events=events,
+                     seconds_without_progress=quiet,
                      hang_after_s=hang_after_s, backend_message=status.message)
     row = finalize_run(campaign, facts)
     if status.state != "torn_down":  # the run is recorded: release what it still holds
@@ -251,6 +252,13 @@ def seq_length(run_dir: Path) -> Optional[int]:
     step; None when the recipe sets none."""
     seq = Recipe.load(run_dir / "recipe.yaml").args().get("--seq-length")
     return int(seq) if isinstance(seq, str) and seq.isdigit() else None
+
+
+def slime_shape(run_dir: Path) -> Optional[slime.Shape]:
+    """The slime workload's mode and GPUs of a run whose recipe runs slime (``core/slime.py``); None otherwise."""
+    recipe = Recipe.load(run_dir / "recipe.yaml")
+    args = recipe.args()
+    return slime.shape_of(args) if slime.is_slime(recipe.command.program, args) else None
 
 
 def ended_log(backend, run_dir: Path) -> tuple:
@@ -269,7 +277,8 @@ def _recipe_text(path: Path) -> str:
 
 
 def simulated_seconds(log: Path) -> Optional[float]:
-    """The simulated wall time the SIMULATED workload's last line states (``simulate/sim_megatron.py``)."""
+    """The simulated wall time the SIMULATED workload's last line states (``simulate/sim_megatron.py``,
+    ``sim_slime.py``)."""
     try:
         with open(log, "rb") as handle:
             handle.seek(0, 2)

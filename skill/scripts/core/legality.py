@@ -30,6 +30,7 @@ BLACKWELL = ("b200", "b300", "gb200", "gb300", "vr200")
 
 # Throughput-relevant flags that exist (Megatron-LM core_v0.15 to HEAD, slime's own), from the
 # project's reference. Not a complete list: it is what a misspelling is measured against.
+SGLANG_PREFIX = "--sglang-"  # slime makes these from SGLang's ServerArgs: not in its own argument list
 KNOWN_FLAGS = (
     "--tensor-model-parallel-size", "--pipeline-model-parallel-size", "--num-layers-per-virtual-pipeline-stage",
     "--num-virtual-stages-per-pipeline-rank", "--context-parallel-size", "--expert-model-parallel-size",
@@ -155,31 +156,38 @@ def _pipeline_split(args: Mapping, layers: Optional[int], pp: int, per_vstage: O
     return out
 
 
-def require(recipe, gpu: Optional[str] = None, trusted=None, what: str = "the recipe") -> None:
+def require(recipe, gpu: Optional[str] = None, trusted=None, what: str = "the recipe", known=None) -> None:
     """Refuse a recipe that breaks a rule (``CheckFailed``, exit 1), naming every rule: the one refusal
-    ``candidate new`` (``what`` "the candidate", the baseline's flags trusted) and ``launch --baseline`` give."""
+    ``candidate new`` (``what`` "the candidate", the baseline's flags trusted) and ``launch --baseline`` give.
+    ``known``: every flag the program defines (a slime recipe's), so a flag outside them is refused too."""
     violations = check(recipe.args(), recipe.env(), recipe.gpus(), gpu,
-                       trusted=recipe.args() if trusted is None else trusted)
+                       trusted=recipe.args() if trusted is None else trusted, known=known)
     if violations:
         raise CheckFailed("%s is not a legal Megatron-LM configuration: %s" % (what, "; ".join(map(str, violations))))
 
 
-def check(args: Mapping, env: Mapping, world_size: int, gpu: Optional[str] = None, trusted=()) -> list:
+def check(args: Mapping, env: Mapping, world_size: int, gpu: Optional[str] = None, trusted=(), known=None) -> list:
     """Every rule the configuration breaks (an empty list when it is legal). ``trusted`` are flags
-    known to work (the baseline's own), never taken for misspellings."""
+    known to work (the baseline's own), never taken for misspellings. ``known`` is every flag the program
+    defines, where it ignores the others silently (slime: its own and the Megatron-LM ones it passes through):
+    then a flag outside it is refused even when it resembles none."""
     out = []
 
     def bad(rule, message, fix):
         out.append(Violation(rule, message, fix))
 
-    known = set(KNOWN_FLAGS) | set(trusted)
+    exhaustive = known is not None
+    known = set(KNOWN_FLAGS) | set(trusted) | set(known or ())
     for flag in args:
-        if flag in known or flag in NOT_MEGATRON_FLAGS:
+        if flag in known or flag in NOT_MEGATRON_FLAGS or (exhaustive and flag.startswith(SGLANG_PREFIX)):
             continue
-        close = difflib.get_close_matches(flag, sorted(known), n=1, cutoff=0.88)
+        close = difflib.get_close_matches(flag, sorted(known), n=1, cutoff=0.88 if not exhaustive else 0.75)
         if close:
             bad("misspelled-flag", "%s looks like a misspelling of %s (slime ignores flags it does not know, "
                 "silently; Megatron-LM refuses them)" % (flag, close[0]), "write %s" % close[0])
+        elif exhaustive:
+            bad("unknown-flag", "%s is neither slime's nor a Megatron-LM flag slime passes through: slime would "
+                "ignore it, silently" % flag, "remove it, or write the flag you mean")
 
     for flag, hint in NOT_MEGATRON_FLAGS.items():
         if flag in args:

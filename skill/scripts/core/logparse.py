@@ -37,8 +37,8 @@ from __future__ import annotations
 from typing import Callable, Iterable, Optional
 
 from . import logformats as fmt
-from .logbounds import (ERRORS_KEPT, FAILURES_KEPT, PROBLEM_STEPS, RECORDS_KEPT, RUN_HEAD_STEPS, STEPS_KEPT,
-                        TAIL_STEPS, WARNINGS_KEPT, Bounded, Steps, StepStats, is_problem)
+from .logbounds import (ERRORS_KEPT, FAILURES_KEPT, PROBLEM_STEPS, RECORDS_KEPT, RUN_HEAD_STEPS, STEPS_KEPT, TAIL_STEPS,
+                        WARNINGS_KEPT, Bounded, Steps, StepStats, is_problem)
 from .logformats import failure_kind, parse_bridge, parse_iteration, parse_memory
 
 POD_HOOKS_PREFIX = fmt.POD_HOOKS_PREFIX  # lines of the in-pod hook wrapper: never a failure

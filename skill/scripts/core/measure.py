@@ -8,6 +8,10 @@ Megatron prints them). The score is the median step time over the window and
 A run is not rankable, and says why, when it did not finish, when an iteration of the window is
 missing or has no positive step time, when any iteration has a NaN or infinite loss, or when any
 iteration was skipped (``skipped`` or ``nan`` above zero).
+
+A slime run (``core/slime.py``; measurement.md §3.2) records one entry per rollout with the tokens the actor
+trained in it, and its own window (every rollout but the first): per rollout, tokens / (seconds x GPUs), and the
+score is the median over the window.
 """
 
 from __future__ import annotations
@@ -70,6 +74,8 @@ def score_run(status: str, metrics: Optional[dict], window=(5, 19), failure: Opt
         return not_rankable("run %s%s" % (status, detail.rstrip(": ")))
     if not isinstance(metrics, dict):
         return not_rankable("no metrics recorded")
+    if "tokens" in metrics:  # a slime run: the tokens of each rollout, and its own window (core/slime.py)
+        return _score_rollouts(metrics)
     sizes = {}
     for field in ("global_batch_size", "seq_length", "gpus"):
         value = metrics.get(field)
@@ -82,23 +88,67 @@ def score_run(status: str, metrics: Optional[dict], window=(5, 19), failure: Opt
 
 def _score_careful(metrics: dict, sizes: dict, window) -> RunScore:
     """Check everything in order and name the first problem (any metrics shape)."""
+    checked = _window_times(metrics, window)
+    return checked if isinstance(checked, RunScore) else _score(checked[0], sizes)
+
+
+def _score_rollouts(metrics: dict) -> RunScore:
+    """A slime run (measurement.md §3.2): per rollout of its window, tokens / (seconds x GPUs); the score is their
+    median, the spread their range over it."""
+    gpus = metrics.get("gpus")
+    if not isinstance(gpus, int) or isinstance(gpus, bool) or gpus <= 0:
+        return not_rankable("metrics.gpus is missing or not a positive integer")
+    window = metrics.get("window")
+    if not (isinstance(window, list) and len(window) == 2 and all(type(n) is int for n in window)):
+        return not_rankable("metrics.window is not two rollout ids")
+    if window[1] - window[0] + 1 < 2:
+        return not_rankable("rollouts %d-%d: a slime run is scored on at least 2 rollouts after the first"
+                            % tuple(window))
+    checked = _window_times(metrics, tuple(window), what="rollout")
+    if isinstance(checked, RunScore):
+        return checked
+    times, indices = checked
+    tokens = metrics.get("tokens")
+    if not isinstance(tokens, list) or len(tokens) != len(metrics["iter"]):
+        return not_rankable("metrics.tokens does not have one value per rollout")
+    rates = []
+    for seconds, index in zip(times, indices):
+        count = tokens[index]
+        if type(count) is not int or count <= 0:
+            return not_rankable("rollout %d has no positive token count" % metrics["iter"][index])
+        rates.append(count / (seconds * gpus))
+    ordered, by_time = sorted(rates), sorted(times)
+    median = _median(ordered)
+    return RunScore(rankable=True, why="", tokens_per_s_per_gpu=median, step_time_s=_median(by_time),
+                    step_mean_s=sum(times) / len(times), step_min_s=by_time[0], step_max_s=by_time[-1],
+                    spread=(ordered[-1] - ordered[0]) / median, steps=len(times))
+
+
+def _median(ordered: list) -> float:
+    half = len(ordered) // 2
+    return ordered[half] if len(ordered) % 2 else (ordered[half - 1] + ordered[half]) / 2.0
+
+
+def _window_times(metrics: dict, window, what: str = "iteration"):
+    """The window's step times in seconds and their positions in the columns, or the not-rankable score that
+    names the first problem."""
     numbers = metrics.get("iter")
     if not isinstance(numbers, list) or not numbers:
-        return not_rankable("metrics have no iterations")
+        return not_rankable("metrics have no %ss" % what)
     columns = {}
     for name in ("step_ms", "loss", "skipped", "nan"):
         column = metrics.get(name)
         if column is None:
             column = [None] * len(numbers)
         elif not isinstance(column, list) or len(column) != len(numbers):
-            return not_rankable("metrics.%s does not have one value per iteration" % name)
+            return not_rankable("metrics.%s does not have one value per %s" % (name, what))
         columns[name] = column
     position = {}
     for index, number in enumerate(numbers):
         if not isinstance(number, int):
-            return not_rankable("an iteration number is not an integer")
+            return not_rankable("an %s number is not an integer" % what)
         if number in position:
-            return not_rankable("iteration %d is reported twice" % number)
+            return not_rankable("%s %d is reported twice" % (what, number))
         position[number] = index
     isfinite = math.isfinite
     losses, skipped, nans = columns["loss"], columns["skipped"], columns["nan"]
@@ -108,22 +158,23 @@ def _score_careful(metrics: dict, sizes: dict, window) -> RunScore:
         if loss is not None and not (type(loss) is float and isfinite(loss)):
             loss = to_float(loss)
             if loss is not None and not isfinite(loss):
-                return not_rankable("%s loss at iteration %d" % ("NaN" if loss != loss else "infinite", number))
+                return not_rankable("%s loss at %s %d" % ("NaN" if loss != loss else "infinite", what, number))
         if skipped[index]:
-            return not_rankable("iteration %d was skipped" % number)
+            return not_rankable("%s %d was skipped" % (what, number))
         if nans[index]:
-            return not_rankable("iteration %d counted a NaN iteration" % number)
+            return not_rankable("%s %d counted a NaN iteration" % (what, number))
     first, last = window
     missing = [n for n in range(first, last + 1) if n not in position]
     if missing:
-        return not_rankable("iteration(s) %s of the window %d-%d missing" % (_ranges(missing), first, last))
-    times = []
+        return not_rankable("%s(s) %s of the window %d-%d missing" % (what, _ranges(missing), first, last))
+    times, indices = [], []
     for number in range(first, last + 1):
         step = to_float(columns["step_ms"][position[number]])
         if step is None or not isfinite(step) or step <= 0:
-            return not_rankable("iteration %d has no positive step time" % number)
+            return not_rankable("%s %d has no positive step time" % (what, number))
         times.append(step / 1000.0)
-    return _score(times, sizes)
+        indices.append(position[number])
+    return times, indices
 
 
 def _score_clean_run(metrics: dict, sizes: dict, window) -> Optional[RunScore]:
@@ -154,8 +205,7 @@ def _score_clean_run(metrics: dict, sizes: dict, window) -> Optional[RunScore]:
 
 def _score(times: list, sizes: dict) -> RunScore:
     ordered = sorted(times)
-    half = len(ordered) // 2
-    median = ordered[half] if len(ordered) % 2 else (ordered[half - 1] + ordered[half]) / 2.0
+    median = _median(ordered)
     tokens = sizes["global_batch_size"] * sizes["seq_length"] / (median * sizes["gpus"])
     return RunScore(
         rankable=True, why="", tokens_per_s_per_gpu=tokens, step_time_s=median,

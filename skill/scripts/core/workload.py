@@ -10,6 +10,7 @@ seed are not levers.
 
 from __future__ import annotations
 
+from . import slime
 from .recipe import Recipe
 from .settings import TRAIN_ITERS
 
@@ -24,9 +25,13 @@ PROFILE_STEPS = ("16", "18")
 
 
 def enforce(recipe: Recipe, profile: bool = False) -> Recipe:
-    """The recipe with the benchmark flags set (and the profiler flags exactly when asked)."""
-    changes = [{"op": "set", "arg": flag, "value": value} for flag, value in BENCHMARK_ARGS.items()]
+    """The recipe with the benchmark flags set (and the profiler flags exactly when asked). A slime recipe's
+    length is its ``--num-rollout`` (its own loop, not Megatron's iterations): only the profiler flags apply."""
     args = recipe.args()
+    if slime.is_slime(recipe.command.program, args):
+        changes = []
+    else:
+        changes = [{"op": "set", "arg": flag, "value": value} for flag, value in BENCHMARK_ARGS.items()]
     if profile:
         changes += [{"op": "set", "arg": "--profile", "value": True},
                     {"op": "set", "arg": "--use-pytorch-profiler", "value": True},
@@ -41,6 +46,8 @@ def compare(baseline: Recipe, candidate: Recipe) -> list:
     """Workload differences between a candidate and the baseline, one line each (empty: same)."""
     problems = []
     before, after = baseline.args(), candidate.args()
+    if slime.is_slime(baseline.command.program, before):  # the RL workload's shape (core/slime.py)
+        return slime.compare(before, after)
     for flag in SHAPE_ARGS:
         if before.get(flag) != after.get(flag):
             problems.append("%s is %r in the baseline and %r in the candidate: the workload is fixed, it is not "

@@ -117,6 +117,16 @@ def load_inventory(path=INVENTORY_FILE) -> dict:
         return json.load(handle)
 
 
+def slime_flags(path=INVENTORY_FILE) -> frozenset:
+    """Every flag a slime recipe may set: slime's own and those of the Megatron-LM it pins and passes them to
+    (the recorded ``slime`` and ``slime-pinned-*`` releases); ``--sglang-*`` are SGLang's and not listed."""
+    flags = set()
+    for release in load_inventory(path)["releases"]:
+        if release["stack"] == "slime" or release["release"].startswith("slime-pinned"):
+            flags.update(release["arguments"])
+    return frozenset(flags)
+
+
 def read_arguments(stack: str, root) -> list:
     if stack == "megatron":
         return megatron_arguments(root)

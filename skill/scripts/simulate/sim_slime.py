@@ -1,0 +1,232 @@
+"""A simulated slime GRPO run: slime's real log format, no GPU, no SGLang (README.md in this folder).
+
+Usage::
+
+    ATTUNE_SIM_HARDWARE=H100 python3 skill/scripts/simulate/sim_slime.py <train.py args>
+
+It takes slime's ``train.py`` arguments (slime's own and the Megatron-LM ones it passes through) and prints, for
+each of ``--num-rollout`` rollouts, what slime prints (``measurement.md`` §3.2): on the rollout side (the whole
+loop only) ``perf N: {...}`` with ``perf/rollout_time`` and ``perf/tokens_per_gpu_per_sec``; on the train side
+the timers, one ``step N: {...}`` per optimizer step (``train/loss``, ``train/pg_loss``, ``train/grad_norm``, ...)
+and ``perf N: {...}`` with ``perf/actor_train_time``, ``perf/actor_train_tok_per_s``, ``perf/step_time`` and the
+rest, each under its Ray worker's prefix and slime's logger prefix, as Python ``repr`` dicts. Every line starts
+``SIMULATED``.
+
+The training side's time comes from the throughput projection (``projection.api.project``) of the Megatron-LM
+layout on the actor's GPUs, applied to the tokens each rollout trains (prompt and response lengths drawn from a
+stream keyed on the data, so every candidate of a frozen dump trains the same tokens), with the padding that a
+static micro-batch wastes (``--use-dynamic-batch-size`` packs instead); the rollout side's from a generation model
+(decode throughput per SGLang engine by hardware, grown sub-linearly with ``--rollout-num-gpus-per-engine``, lower
+without CUDA graphs and with a small ``--sglang-mem-fraction-static``, bounded below by the longest sample). The
+noise is the Megatron-LM simulator's fitted step-time model, per rollout.
+
+Faults (``ATTUNE_SIM_FAULT``): ``placement`` (the placement group is never satisfied: slime's waiting line every
+30 simulated seconds, for ever), ``sglang_oom`` (SGLang's KV-cache refusal at start-up), ``actor_died`` (a Ray
+train actor dies at rollout ``@N``). Exit codes as ``sim_megatron.py``.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+import os
+import sys
+from pathlib import Path
+from typing import Callable, Optional, TextIO
+
+if __package__ in (None, ""):  # run as a file: load the attune package from this tree (attune.py)
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    import attune  # noqa: F401,E402
+
+from attune.core import slime  # noqa: E402
+from attune.core.errors import InputError  # noqa: E402
+from attune.simulate import noise  # noqa: E402
+from attune.simulate.sim_megatron import (EXIT_FAILED, EXIT_USAGE, START, WALL_LINE, Printer, UsageError,  # noqa: E402
+                                          megatron_args)
+
+FAULTS = ("none", "placement", "sglang_oom", "actor_died")
+TRAIN_ACTOR, ROLLOUT_ACTOR = "(MegatronTrainRayActor pid=%d, ip=10.0.0.1)", "(RolloutManager pid=%d, ip=10.0.0.1)"
+TRAIN_PID, ROLLOUT_PID = 4210, 4102
+# decode tokens/s of one SGLang engine on one GPU, by hardware (SIMULATED model constants, not measurements)
+DECODE_TOKENS_PER_S = {"A100": 2400.0, "H100": 4200.0, "H200": 4800.0, "B200": 7600.0, "GB200": 7800.0}
+SEQUENCE_TOKENS_PER_S = 90.0  # one sequence's decode speed: the longest sample bounds the rollout from below
+ENGINE_SCALING = 0.8  # an engine of n GPUs decodes n ** 0.8 times as fast as one
+NO_CUDA_GRAPH = 0.7
+PROMPT_TOKENS = 180
+WAIT_EVERY_S = 30.0
+WARM_UP = 1.4  # the first rollout's training is this much slower (CUDA graph capture, allocator growth)
+
+
+def _number(args: dict, flag: str, default: float) -> float:
+    value = args.get(flag)
+    try:
+        return float(value) if value not in (None, True) else default
+    except ValueError:
+        raise UsageError("%s=%r is not a number. Fix: give a number" % (flag, value))
+
+
+def _stamp(moment: dt.datetime, where: str) -> str:
+    return "[%s] %s -" % (moment.strftime("%Y-%m-%d %H:%M:%S"), where)
+
+
+def _fault(env: dict):
+    fault, _, at = (env.get("ATTUNE_SIM_FAULT") or "none").strip().partition("@")
+    if fault not in FAULTS:
+        raise UsageError("ATTUNE_SIM_FAULT=%r: unknown fault for the slime simulator. Fix: one of %s, optionally "
+                         "@ROLLOUT (e.g. actor_died@2)" % (fault, ", ".join(FAULTS)))
+    if at and not at.isdigit():
+        raise UsageError("ATTUNE_SIM_FAULT=%r: the rollout after @ is not a whole number" % fault)
+    return fault, int(at) if at else 1
+
+
+def lengths(args: dict, rollout: int) -> list:
+    """Prompt plus response tokens of each sample of ``rollout``, from a stream keyed on the data (the frozen dump
+    or the prompt set): the same for every candidate."""
+    data = str(args.get("--load-debug-rollout-data") or args.get("--prompt-data") or "data")
+    samples = int(_number(args, "--rollout-batch-size", 8.0) * _number(args, "--n-samples-per-prompt", 1.0))
+    longest = int(_number(args, "--rollout-max-response-len", 1024.0))
+    stream = noise.Stream("slime-lengths", data, rollout)
+    out = []
+    for _ in range(samples):
+        response = int(min(longest, max(16.0, 0.45 * longest * math.exp(0.6 * stream.normal()))))
+        out.append(PROMPT_TOKENS + response)
+    return out
+
+
+def run(argv: list, env: dict, out: TextIO, project, config_error=(), sleep: Callable[[float], None] = None) -> int:
+    """Simulate one slime run of ``train.py argv``; write its output to ``out``; return the exit code."""
+    hardware = (env.get("ATTUNE_SIM_HARDWARE") or "").strip()
+    if not hardware:
+        raise UsageError("ATTUNE_SIM_HARDWARE is not set: the simulated GPU type (e.g. H100) is required. Fix: set "
+                         "ATTUNE_SIM_HARDWARE in the recipe's env_vars")
+    fault, fault_at = _fault(env)
+    speed = float(env.get("ATTUNE_SIM_SPEED") or 0.02)
+    args = megatron_args(argv)
+    shape = slime.shape_of(args)
+    rollouts = shape.num_rollout
+    if not rollouts or rollouts < 1:
+        raise UsageError("--num-rollout is not set: a slime benchmark runs a fixed number of rollouts. Fix: give "
+                         "--num-rollout N (at least %d)" % slime.MIN_ROLLOUTS)
+    printer = Printer(out, sleep or (lambda seconds: None))
+    seed = (env.get("ATTUNE_RUN_ID") or env.get("ATTUNE_SIM_SEED") or "0").strip()
+
+    def finish(code):
+        printer.line("%s %.3f s (exit %s)" % (WALL_LINE, (printer.clock - START).total_seconds(), code))
+        return code
+
+    def say(actor, where, text):
+        printer.line("%s %s %s" % (actor, _stamp(printer.clock, where), text))
+
+    train, rollout_side = TRAIN_ACTOR % TRAIN_PID, ROLLOUT_ACTOR % ROLLOUT_PID
+    printer.line("%s Start training: %d rollouts, mode %s, %d GPUs in the placement group"
+                 % (_stamp(printer.clock, "train.py:22"), rollouts, shape.mode, shape.placement_gpus))
+    if fault == "placement":
+        while True:  # slime waits for ever; the line every 30 s is all the log ever shows
+            printer.line("%s Waiting for placement group of %d GPUs (elapsed %ds): %d GPUs registered with Ray, %d "
+                         "available." % (_stamp(printer.clock, "placement_group.py:71"), shape.placement_gpus,
+                                         int((printer.clock - START).total_seconds()), shape.placement_gpus // 2,
+                                         shape.placement_gpus // 2))
+            printer.advance(WAIT_EVERY_S)
+            printer.sleep(max(speed, 0.05))
+    mega = {flag: value for flag, value in args.items() if flag not in slime.OWN_FLAGS}
+    samples = lengths(args, 0)
+    seq = int(_number(args, "--seq-length", float(max(samples) if samples else 4096)))
+    mega.update({"--seq-length": str(seq), "--micro-batch-size": str(int(_number(args, "--micro-batch-size", 1.0)))})
+    gbs = int(len(samples) / max(1.0, _number(args, "--num-steps-per-rollout", 1.0)))
+    mega["--global-batch-size"] = str(gbs)
+    try:
+        projection = project(mega, shape.actor_gpus, hardware, None)
+    except config_error as exc:
+        say(train, "megatron_utils.py:88", "AssertionError: %s" % exc)
+        return finish(EXIT_FAILED)
+    if not shape.mode == "train_only" and fault == "sglang_oom":
+        say(rollout_side, "sglang_engine.py:120", "RuntimeError: Not enough memory. Please try to increase "
+            "--mem-fraction-static.")
+        return finish(EXIT_FAILED)
+    if not projection["memory"].get("fits", True):
+        say(train, "model.py:640", "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 "
+            "has a total capacity of %.2f GiB" % float(projection["memory"].get("hbm_gib") or 80.0))
+        return finish(EXIT_FAILED)
+    tokens_per_s_gpu = float(projection["tokens_per_s_per_gpu"])
+    tflops_per_gpu = float(projection.get("model_tflops_per_gpu") or 0.0)
+    steps_per_rollout = max(1, int(_number(args, "--num-steps-per-rollout", 1.0)))
+    mbs = int(_number(args, "--micro-batch-size", 1.0))
+    # the fitted step-time noise of the Megatron-LM simulator, per rollout; the first rollout warms up
+    factors = noise.step_times(rollouts + 2, 1.0, "slime:%s" % seed)[2:]
+    factors[0] *= WARM_UP
+    engine_gpus = max(1, int(_number(args, "--rollout-num-gpus-per-engine", 1.0)))
+    decode = DECODE_TOKENS_PER_S.get(hardware.upper(), 4000.0) * engine_gpus ** ENGINE_SCALING
+    if "--sglang-disable-cuda-graph" in args:
+        decode *= NO_CUDA_GRAPH
+    decode *= min(1.0, _number(args, "--sglang-mem-fraction-static", 0.8) / 0.8)
+    rollout_gpus = shape.placement_gpus if shape.colocate else max(1, shape.placement_gpus - shape.actor_gpus)
+    engines = max(1, rollout_gpus // engine_gpus)
+    step_id = 0
+    loss = 0.02
+    for rid in range(rollouts):
+        samples = lengths(args, rid)
+        trained = sum(samples)
+        if "--use-dynamic-batch-size" in args:
+            efficiency = 0.96
+        else:  # a static micro-batch pads every sample to its longest
+            groups = [samples[i:i + mbs] for i in range(0, len(samples), mbs)]
+            efficiency = trained / float(sum(max(group) * len(group) for group in groups))
+        actor_train = trained / (tokens_per_s_gpu * shape.actor_gpus * efficiency) * factors[rid]
+        log_probs = actor_train / 3.0
+        ref_log_probs = actor_train / 3.0
+        if shape.mode == "whole_loop":
+            response = sum(samples) - PROMPT_TOKENS * len(samples)
+            generate = max(response / (decode * engines), (max(samples) - PROMPT_TOKENS) / SEQUENCE_TOKENS_PER_S)
+            rollout_time = generate * (1.0 + 0.03 * noise.Stream("slime-rollout", seed, rid).normal()) + 2.0
+            printer.advance(rollout_time)
+            say(rollout_side, "rollout.py:1303", "perf %d: %r" % (rid, {
+                "rollout/response_len/mean": response / float(len(samples)), "perf/rollout_time": rollout_time,
+                "perf/tokens_per_gpu_per_sec": response / rollout_time / rollout_gpus,
+                "perf/longest_sample_tokens_per_sec": (max(samples) - PROMPT_TOKENS) / rollout_time}))
+            wait = rollout_time + 0.4
+        else:
+            wait = 0.3
+        say(train, "timer.py:24", "Timer train_wait start")
+        say(train, "timer.py:32", "Timer train_wait end (elapsed: %.1fs)" % wait)
+        if fault == "actor_died" and rid == fault_at:
+            printer.advance(actor_train / 2.0)
+            printer.line("ray.exceptions.ActorDiedError: The actor died unexpectedly before finishing this task. "
+                         "class_name: MegatronTrainRayActor, actor_id: 6b0b2b5a3e5cbd6f, pid: %d" % TRAIN_PID)
+            return finish(EXIT_FAILED)
+        say(train, "timer.py:24", "Timer actor_train start")
+        for step in range(steps_per_rollout):
+            printer.advance(actor_train / steps_per_rollout)
+            printer.sleep(speed)
+            loss *= 0.97
+            say(train, "model.py:649", "step %d: %r" % (step_id, {
+                "train/loss": loss, "train/pg_loss": loss * 0.9, "train/entropy_loss": 0.41,
+                "train/grad_norm": 0.35 + 0.01 * noise.Stream("slime-grad", rid, step).normal(),
+                "train/lr-pg_0": 1e-6, "train/global_batch_size": gbs, "train/step": step_id}))
+            step_id += 1
+        say(train, "timer.py:32", "Timer actor_train end (elapsed: %.1fs)" % actor_train)
+        train_time = actor_train + log_probs + ref_log_probs + 0.2
+        flops = tflops_per_gpu * (trained / (tokens_per_s_gpu * shape.actor_gpus))
+        say(train, "train_metric_utils.py:44", "perf %d: %r" % (rid, {
+            "perf/data_preprocess_time": 0.01, "perf/train_wait_time": wait, "perf/ref_log_probs_time": ref_log_probs,
+            "perf/log_probs_time": log_probs, "perf/actor_train_time": actor_train, "perf/train_time": train_time,
+            "perf/log_probs_tflops": flops / log_probs / 3.0, "perf/actor_train_tflops": flops / actor_train,
+            "perf/actor_train_tok_per_s": trained / actor_train, "perf/step_time": wait + train_time,
+            "perf/wait_time_ratio": wait / (wait + train_time)}))
+    printer.line("%s training done after %d rollouts" % (_stamp(printer.clock, "train.py:96"), rollouts))
+    return finish(0)
+
+
+def main(argv: Optional[list] = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    from attune.projection import api
+    try:
+        return run(argv, dict(os.environ), sys.stdout, api.project, api.ConfigError,
+                   sleep=__import__("time").sleep)
+    except InputError as exc:
+        for line in exc.lines():
+            print("sim_slime: %s" % line, file=sys.stderr)
+        return EXIT_USAGE
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,237 @@
+"""slime's fixed-shape RL workload: its shape and modes, its runs scored per rollout from the train side's ``perf``
+records (measurement.md §3.2), on real slime log text from public issue threads and on the SIMULATED workload
+(simulate/sim_slime.py), whose own printed records the expected scores are computed from here."""
+
+from __future__ import annotations
+
+import ast
+import io
+import re
+import statistics
+import sys
+
+import pytest
+from conftest import DATA, SCRIPTS
+from factory import local_campaign, wait
+
+from attune import cli
+from attune.campaign import candidates, ranking, runs
+from attune.core import legality, logparse, measure, slime, workload
+from attune.core.recipe import Recipe
+from attune.projection import api
+from attune.simulate import sim_slime
+from attune.simulate.sim_megatron import megatron_args
+
+SIM = SCRIPTS / "simulate" / "sim_slime.py"
+RECIPE = SCRIPTS / "simulate" / "recipes" / "qwen3_4b_grpo_h100x8.yaml"
+SLIME_LOGS = DATA / "logs" / "D_slime"
+FROZEN = ["--load-debug-rollout-data", "/shared/rollouts/qwen3_4b_{rollout_id}.pt"]
+
+
+def recipe(extra=()) -> Recipe:
+    made = Recipe(RECIPE.read_text().format(python=sys.executable, sim=SIM), str(RECIPE))
+    return made.apply([{"op": "set", "arg": flag, "value": value} for flag, value in zip(extra[::2], extra[1::2])])
+
+
+def argv(made: Recipe) -> list:
+    command = made.command
+    return [word.value for word in command.words[command.program_index + 1:command.args_end]]
+
+
+def simulate(made: Recipe, seed="7", fault=None):
+    out = io.StringIO()
+    env = dict(made.env(), ATTUNE_SIM_SPEED="0", ATTUNE_RUN_ID=seed, **({"ATTUNE_SIM_FAULT": fault} if fault else {}))
+    code = sim_slime.run(argv(made), env, out, api.project, api.ConfigError)
+    return code, out.getvalue()
+
+
+def printed_perf(text: str, side: str) -> dict:
+    """``{rollout id: dict}`` of the ``perf N:`` records of one side, read straight from the printed lines."""
+    found = {}
+    for line in text.splitlines():
+        match = re.search(r" - perf (\d+): (\{.*\})$", line)
+        if match:
+            data = ast.literal_eval(match.group(2))
+            if ("perf/actor_train_time" in data) == (side == "train"):
+                found[int(match.group(1))] = data
+    return found
+
+
+# ---------------------------------------------------------------- the shape
+
+@pytest.mark.parametrize("args, expected", [
+    ({"--actor-num-gpus-per-node": "8", "--colocate": True}, ("whole_loop", 8, 8)),
+    ({"--actor-num-nodes": "2", "--actor-num-gpus-per-node": "8", "--rollout-num-gpus": "8"}, ("whole_loop", 16, 24)),
+    ({"--actor-num-gpus-per-node": "4", "--colocate": True, "--rollout-num-gpus": "8"}, ("whole_loop", 4, 8)),
+    ({"--actor-num-gpus-per-node": "8", "--rollout-num-gpus": "8", "--load-debug-rollout-data": "/d/{rollout_id}.pt"},
+     ("train_only", 8, 8)),
+    ({"--actor-num-gpus-per-node": "8", "--debug-train-only": True}, ("train_only", 8, 8)),
+])
+def test_the_mode_and_the_placement_group_follow_slimes_rules(args, expected):
+    shape = slime.shape_of(args)
+    assert (shape.mode, shape.actor_gpus, shape.placement_gpus) == expected
+
+
+def test_a_recipe_is_slimes_by_its_program_or_its_own_arguments():
+    assert slime.is_slime("train.py", {}) and slime.is_slime("/root/slime/train_async.py", {})
+    assert slime.is_slime("sim_slime.py", {"--rollout-batch-size": "32"})
+    assert not slime.is_slime("pretrain_gpt.py", {"--micro-batch-size": "1"})
+
+
+def test_a_shape_change_is_refused_and_a_layout_change_is_not():
+    base = recipe()
+    for flag, value in (("--rollout-batch-size", "64"), ("--n-samples-per-prompt", "4"),
+                        ("--num-steps-per-rollout", "1"), ("--rollout-max-response-len", "4096"),
+                        ("--num-rollout", "9")):
+        problems = workload.compare(base, recipe((flag, value)))
+        assert len(problems) == 1 and problems[0].startswith(flag), problems
+    assert workload.compare(base, recipe(("--tensor-model-parallel-size", "4"))) == []
+    mode = workload.compare(base, recipe(FROZEN))
+    assert any("keeps its baseline's mode" in problem for problem in mode) and any("--load-debug" in p for p in mode)
+    assert workload.enforce(base).render() == base.render()  # slime's own loop: no Megatron benchmark flags
+
+
+def test_a_misspelled_flag_in_a_slime_candidate_is_refused_naming_the_real_one(tmp_path, capsys):
+    made = recipe()
+    baseline = tmp_path / "baseline.yaml"
+    baseline.write_text(made.render())
+    from factory import settings
+    from attune.campaign import ledger
+    campaign = ledger.init(tmp_path / "c", settings(ATTUNE_BASELINE_YAML=str(baseline), ATTUNE_RUN_PREFIX="rl-"), "rl")
+    for flag, real in (("tensor-model-paralel-size=4", "--tensor-model-parallel-size"),
+                       ("rollout-num-gpu-per-engine=4", "--rollout-num-gpus-per-engine")):
+        code = cli.main(["candidate", "new", "--campaign", str(campaign.dir), "--parent", "baseline", "--set", flag,
+                         "--lever", "other: %s" % real, "--hypothesis", "h"])
+        err = capsys.readouterr().err
+        assert code == 1 and "looks like a misspelling of %s" % real in err, err
+    code = cli.main(["candidate", "new", "--campaign", str(campaign.dir), "--parent", "baseline", "--set",
+                     "frobnicate-everything", "--lever", "other: x", "--hypothesis", "h"])
+    assert code == 1 and "slime would ignore it, silently" in capsys.readouterr().err
+    assert not (campaign.dir / "runs").exists() or not list((campaign.dir / "runs").iterdir())
+    assert legality.check(made.args(), made.env(), 8, "h100", known=frozenset()) != []  # the list is what is known
+
+
+# ---------------------------------------------------------------- real slime text
+
+def test_the_rollout_sides_perf_record_is_told_apart_by_its_keys_on_real_text():
+    """A real RolloutManager ``perf 0:`` line (a public issue thread; tests/data/logs/SOURCES.md) and a real
+    ``rollout 0:`` line: the first is the rollout side's, neither is the train side's."""
+    parsed = logparse.parse_file(SLIME_LOGS / "tau2_monitor_slime_rollout_perf.log", complete=True)
+    records = {(r["line_type"], r["ray_actor"]): r for r in parsed["perf"]}
+    perf = records[("perf", "RolloutManager")]
+    assert slime.perf_side(perf["data"]) == "rollout"
+    assert perf["data"]["perf/tokens_per_gpu_per_sec"] == pytest.approx(177.57723916502007)
+    assert slime.perf_side(records[("rollout", "MegatronTrainRayActor")]["data"]) is None
+    metrics, warnings = slime.metrics_columns(parsed, slime.shape_of({"--colocate": True}))
+    assert metrics["iter"] == [] and "0 rollout(s) logged" in warnings[-1]
+    assert not measure.score_run("finished", metrics).rankable
+
+
+def test_real_step_lines_under_a_ray_prefix_give_the_loss_of_their_rollout():
+    """Real ``step N:`` lines under ``(MegatronTrainRayActor pid=...)`` (THUDM/slime#1136), with a train side
+    ``perf`` record of the SIMULATED format added after them for rollout 0: the rollout's loss is its last step's."""
+    text = (SLIME_LOGS / "slime1136_step_rayprefix.log").read_text()
+    steps = [r for r in logparse.parse_lines(text.splitlines(keepends=True))["perf"] if r["line_type"] == "step"]
+    assert steps and all(r["ray_actor"] == "MegatronTrainRayActor" for r in steps)
+    extra = "(MegatronTrainRayActor pid=1) [2026-01-01 00:00:00] train_metric_utils.py:44 - perf 0: %r\n" % {
+        "perf/actor_train_time": 2.0, "perf/actor_train_tok_per_s": 1000.0, "perf/step_time": 4.0}
+    parsed = logparse.parse_lines((text + extra).splitlines(keepends=True))
+    metrics, _ = slime.metrics_columns(parsed, slime.shape_of({"--load-debug-rollout-data": "/d"}))
+    assert metrics["iter"] == [0] and metrics["tokens"] == [2000] and metrics["step_ms"] == [2000.0]
+    last = max(steps, key=lambda r: r["index"])["data"]
+    assert metrics["loss"] == [last.get("train/loss", last.get("train/pg_loss"))]
+
+
+# ---------------------------------------------------------------- the SIMULATED workload, scored
+
+@pytest.mark.parametrize("frozen", [False, True], ids=["whole_loop", "train_only"])
+def test_a_simulated_run_scores_by_the_formula_on_its_printed_records(frozen):
+    made = recipe(FROZEN if frozen else ())
+    assert legality.check(made.args(), made.env(), made.gpus(), "h100", known=candidates.known_flags(made)) == []
+    code, text = simulate(made)
+    assert code == 0 and all(line.startswith("SIMULATED") for line in text.splitlines())
+    shape = slime.shape_of(megatron_args(argv(made)))
+    metrics, warnings = slime.metrics_columns(logparse.parse_lines(text.splitlines(keepends=True)), shape)
+    assert warnings == [] and metrics["slime_mode"] == ("train_only" if frozen else "whole_loop")
+    train = printed_perf(text, "train")
+    assert sorted(train) == list(range(5)) == metrics["iter"] and metrics["window"] == [1, 4]
+    rates = []
+    for rid in range(1, 5):  # the window: every rollout but the first
+        data = train[rid]
+        tokens = round(data["perf/actor_train_tok_per_s"] * data["perf/actor_train_time"])
+        seconds = data["perf/actor_train_time"] if frozen else data["perf/step_time"]
+        rates.append(tokens / (seconds * 8))  # the actor's 8 GPUs; colocated, the placement group's are the same
+    score = measure.score_run("finished", metrics)
+    assert score.rankable and score.tokens_per_s_per_gpu == pytest.approx(statistics.median(rates), rel=1e-9)
+    if frozen:
+        assert "rollout_tokens_per_gpu_per_s" not in metrics and printed_perf(text, "rollout") == {}
+    else:  # the rollout side's throughput, beside the score
+        rollout = printed_perf(text, "rollout")
+        assert metrics["rollout_tokens_per_gpu_per_s"] == [rollout[rid]["perf/tokens_per_gpu_per_sec"]
+                                                           for rid in range(5)]
+
+
+def test_a_frozen_dump_trains_the_same_tokens_for_every_candidate():
+    layouts = [recipe(FROZEN), recipe(FROZEN + ["--tensor-model-parallel-size", "4"]),
+               recipe(FROZEN + ["--use-dynamic-batch-size", True])]
+    tokens = []
+    for made in layouts:
+        code, text = simulate(made, seed="other-run")
+        assert code == 0
+        metrics, _ = slime.metrics_columns(logparse.parse_lines(text.splitlines(keepends=True)),
+                                           slime.shape_of(made.args()))
+        tokens.append(metrics["tokens"])
+    assert tokens[0] == tokens[1] == tokens[2]
+
+
+def test_too_few_rollouts_are_not_rankable():
+    made = recipe(("--num-rollout", "2"))
+    _code, text = simulate(made)
+    metrics, warnings = slime.metrics_columns(logparse.parse_lines(text.splitlines(keepends=True)),
+                                              slime.shape_of(made.args()))
+    score = measure.score_run("finished", metrics)
+    assert not score.rankable and "at least 2 rollouts after the first" in score.why
+    assert "a score needs at least 3" in warnings[-1]
+
+
+@pytest.mark.parametrize("fault, needle", [("sglang_oom", "Not enough memory. Please try to increase"),
+                                           ("actor_died@2", "ActorDiedError: The actor died unexpectedly")])
+def test_the_simulated_faults_print_what_slime_prints(fault, needle):
+    code, text = simulate(recipe(), fault=fault)
+    assert code == 1 and needle in text
+
+
+def test_a_placement_group_never_satisfied_waits_as_slime_does():
+    class Hung(Exception):
+        pass
+    waits = []
+
+    def sleep(seconds):
+        waits.append(seconds)
+        if len(waits) == 3:
+            raise Hung
+    made, out = recipe(), io.StringIO()
+    with pytest.raises(Hung):
+        sim_slime.run(argv(made), dict(made.env(), ATTUNE_SIM_FAULT="placement"), out, api.project, api.ConfigError,
+                      sleep=sleep)
+    lines = [line for line in out.getvalue().splitlines() if "Waiting for placement group of 8 GPUs" in line]
+    assert len(lines) == 3 and "(elapsed 60s)" in lines[2] and "GPUs registered with Ray" in lines[0]
+
+
+# ---------------------------------------------------------------- a campaign on the local backend
+
+@pytest.fixture
+def slime_campaign(tmp_path):
+    yield from local_campaign(tmp_path, recipe(FROZEN).render(), "rl-", "rl-test")
+
+
+def test_finalize_scores_a_simulated_slime_run_on_the_local_backend(slime_campaign):
+    campaign, settings = slime_campaign
+    row = runs.launch_baseline(campaign, settings)
+    assert row["simulated"] is True and row["gpus"] == 8
+    wait(campaign, settings, row["run"], ("succeeded",))
+    result = runs.finalize(campaign, settings, row["run"])
+    assert result["status"] == "finished" and result["metrics"]["slime_mode"] == "train_only"
+    view = ranking.build(campaign.ledger.rows()).run(row["run"])
+    assert view.score.rankable and view.tokens > 0
+    assert cli.main(["verify", "--replay", "--campaign", str(campaign.dir)]) == 0  # the row derives again
