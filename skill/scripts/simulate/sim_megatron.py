@@ -346,20 +346,26 @@ def _fault(printer: Printer, inputs: Inputs, args: dict, layout: dict, iteration
     return code
 
 
-def main(argv: Optional[list] = None) -> int:
+def entry(name: str, simulate: Callable, argv: Optional[list] = None, **options) -> int:
+    """A simulator's command line: ``simulate(argv, environment, stdout, project, ConfigError, **options)`` with the
+    throughput projection, its bad input reported on stderr under ``name`` (exit 2)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
         from attune.projection import api
     except ImportError as exc:
-        print("sim_megatron: the throughput projection (projection.api) cannot be imported: %s. Fix: run from a "
-              "checkout that has skill/scripts/projection/" % exc, file=sys.stderr)
+        print("%s: the throughput projection (projection.api) cannot be imported: %s. Fix: run from a checkout that "
+              "has skill/scripts/projection/" % (name, exc), file=sys.stderr)
         return EXIT_USAGE
     try:
-        return run(argv, dict(os.environ), sys.stdout, api.project, api.ConfigError)
+        return simulate(argv, dict(os.environ), sys.stdout, api.project, api.ConfigError, **options)
     except InputError as exc:
         for line in exc.lines():
-            print("sim_megatron: %s" % line, file=sys.stderr)
+            print("%s: %s" % (name, line), file=sys.stderr)
         return EXIT_USAGE
+
+
+def main(argv: Optional[list] = None) -> int:
+    return entry("sim_megatron", run, argv)
 
 
 if __name__ == "__main__":

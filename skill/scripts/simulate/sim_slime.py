@@ -29,8 +29,8 @@ from __future__ import annotations
 
 import datetime as dt
 import math
-import os
 import sys
+import time
 from pathlib import Path
 from typing import Callable, Optional, TextIO
 
@@ -39,10 +39,9 @@ if __package__ in (None, ""):  # run as a file: load the attune package from thi
     import attune  # noqa: F401,E402
 
 from attune.core import slime  # noqa: E402
-from attune.core.errors import InputError  # noqa: E402
 from attune.simulate import noise  # noqa: E402
-from attune.simulate.sim_megatron import (EXIT_FAILED, EXIT_USAGE, START, WALL_LINE, Printer, UsageError,  # noqa: E402
-                                          megatron_args)
+from attune.simulate.sim_megatron import (EXIT_FAILED, START, WALL_LINE, Printer, UsageError,  # noqa: E402
+                                          entry, megatron_args)
 
 FAULTS = ("none", "placement", "sglang_oom", "actor_died")
 TRAIN_ACTOR, ROLLOUT_ACTOR = "(MegatronTrainRayActor pid=%d, ip=10.0.0.1)", "(RolloutManager pid=%d, ip=10.0.0.1)"
@@ -217,15 +216,7 @@ def run(argv: list, env: dict, out: TextIO, project, config_error=(), sleep: Cal
 
 
 def main(argv: Optional[list] = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    from attune.projection import api
-    try:
-        return run(argv, dict(os.environ), sys.stdout, api.project, api.ConfigError,
-                   sleep=__import__("time").sleep)
-    except InputError as exc:
-        for line in exc.lines():
-            print("sim_slime: %s" % line, file=sys.stderr)
-        return EXIT_USAGE
+    return entry("sim_slime", run, argv, sleep=time.sleep)
 
 
 if __name__ == "__main__":
