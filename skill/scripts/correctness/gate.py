@@ -47,6 +47,7 @@ class RunDir:
     world_size: Optional[int]
     rows_sha256: Optional[str]
     warnings: list
+    slime: bool = False  # its steps are slime's ``step N:`` records (train/loss, else train/pg_loss)
 
     @property
     def last_step(self) -> int:
@@ -102,13 +103,20 @@ def load_run(path, role: str = "run") -> RunDir:
     for record in records:
         steps[record["step"]] = {"loss": _loss(record["lm_loss"]), "skipped": record["skipped"] or 0,
                                  "nan": record["nan"] or 0}
+    slime_steps = [record for record in parsed.get("perf", ()) if record.get("line_type") == "step"]
+    if not steps and slime_steps:  # slime numbers its optimizer steps from 0; the gate's steps count from 1
+        for record in slime_steps:
+            data = record.get("data") or {}
+            steps[record["index"] + 1] = {"loss": _loss(data.get("train/loss", data.get("train/pg_loss"))),
+                                          "skipped": 0, "nan": 0}
     with open(log, "r", encoding="utf-8", errors="replace") as handle:
         head = handle.read(_HEAD_BYTES)
     world = _WORLD.search(head)
     rows = _ROWS_SHA.search(head)
     rows_sha = rows.group(1) if rows else (env.get("ATTUNE_ROWS_SHA256") or "").strip().lower() or None
     return RunDir(path=directory, args=args, env=env, gpus=gpus, steps=steps,
-                  world_size=int(world.group(1)) if world else None, rows_sha256=rows_sha, warnings=warnings)
+                  world_size=int(world.group(1)) if world else None, rows_sha256=rows_sha, warnings=warnings,
+                  slime=bool(slime_steps) and not records)
 
 
 def _check(passed: bool, detail: str) -> dict:
@@ -155,12 +163,15 @@ def _steps_text(steps: list) -> str:
     return ", ".join(str(s) for s in steps[:10]) + (" and %d more" % (len(steps) - 10) if len(steps) > 10 else "")
 
 
-def run_gate(baseline_dir, candidate_dir, repeat_dirs=(), steps=DEFAULT_STEPS, rules: Rules = None) -> dict:
-    """The gate's verdict as plain data (PROTOCOL.md §5 lists the fields)."""
+def run_gate(baseline_dir, candidate_dir, repeat_dirs=(), steps=None, rules: Rules = None) -> dict:
+    """The gate's verdict as plain data (PROTOCOL.md §5 lists the fields). ``steps`` (first, last) defaults to
+    ``DEFAULT_STEPS``, and for a slime baseline to every optimizer step it logged (PROTOCOL.md §4.4)."""
     rules = rules or Rules()
     baseline = load_run(baseline_dir, "baseline")
     candidate = load_run(candidate_dir, "candidate")
     repeats = [load_run(path, "repeat") for path in repeat_dirs]
+    if steps is None:
+        steps = (1, max(2, baseline.last_step)) if baseline.slime else DEFAULT_STEPS
     first, last = steps
     window = [s for s in sorted(baseline.steps) if first <= s <= last]
     if not window or window[-1] < last:
@@ -259,7 +270,7 @@ def row_payload(result: dict) -> dict:
             "checks": _summary(result), "reasons": result["reasons"]}
 
 
-def gate_campaign_run(campaign, settings, run: str, extra_repeats=(), steps=DEFAULT_STEPS, rules_file=None) -> dict:
+def gate_campaign_run(campaign, settings, run: str, extra_repeats=(), steps=None, rules_file=None) -> dict:
     """Gate a finalized run of ``campaign`` against its baseline; write ``runs/<run>/gate.json`` and a
     ``gate`` ledger row. The reference is the earliest finished baseline run; the other finished runs
     of the baseline's recipe are its reruns."""

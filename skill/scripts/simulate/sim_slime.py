@@ -39,6 +39,7 @@ if __package__ in (None, ""):  # run as a file: load the attune package from thi
     import attune  # noqa: F401,E402
 
 from attune.core import slime  # noqa: E402
+from attune.correctness.rules import Rules  # noqa: E402
 from attune.simulate import noise  # noqa: E402
 from attune.simulate.sim_megatron import (EXIT_FAILED, START, WALL_LINE, Printer, UsageError,  # noqa: E402
                                           entry, megatron_args)
@@ -54,6 +55,7 @@ NO_CUDA_GRAPH = 0.7
 PROMPT_TOKENS = 180
 WAIT_EVERY_S = 30.0
 WARM_UP = 1.4  # the first rollout's training is this much slower (CUDA graph capture, allocator growth)
+RL_LOSS, RL_DECAY = 0.02, 0.97  # the policy loss at the first step, and its fall per step (SIMULATED)
 
 
 def _number(args: dict, flag: str, default: float) -> float:
@@ -160,8 +162,14 @@ def run(argv: list, env: dict, out: TextIO, project, config_error=(), sleep: Cal
     decode *= min(1.0, _number(args, "--sglang-mem-fraction-static", 0.8) / 0.8)
     rollout_gpus = shape.placement_gpus if shape.colocate else max(1, shape.placement_gpus - shape.actor_gpus)
     engines = max(1, rollout_gpus // engine_gpus)
+    # the loss: an RL curve times the Megatron-LM simulator's relative loss noise, keyed by what decides each part
+    # of it (numerics, initialisation, reduction order, the run itself): the gate measures it as it does lm loss
+    total_steps = rollouts * steps_per_rollout
+    level_keys = noise.keys(args, env, Rules())
+    run_key = None if "--deterministic-mode" in args else "slime:%s" % seed
+    relative = [value / (noise.initial_loss(None) * noise.loss_shape(step))
+                for step, value in enumerate(noise.losses(total_steps, level_keys, run_key, None), 1)]
     step_id = 0
-    loss = 0.02
     for rid in range(rollouts):
         samples = lengths(args, rid)
         trained = sum(samples)
@@ -196,7 +204,7 @@ def run(argv: list, env: dict, out: TextIO, project, config_error=(), sleep: Cal
         for step in range(steps_per_rollout):
             printer.advance(actor_train / steps_per_rollout)
             printer.sleep(speed)
-            loss *= 0.97
+            loss = RL_LOSS * RL_DECAY ** step_id * relative[step_id]
             say(train, "model.py:649", "step %d: %r" % (step_id, {
                 "train/loss": loss, "train/pg_loss": loss * 0.9, "train/entropy_loss": 0.41,
                 "train/grad_norm": 0.35 + 0.01 * noise.Stream("slime-grad", rid, step).normal(),

@@ -201,6 +201,37 @@ def test_the_simulated_faults_print_what_slime_prints(fault, needle):
     assert code == 1 and needle in text
 
 
+# ---------------------------------------------------------------- the gate on frozen rollouts
+
+def run_dir(tmp_path, name, made, seed):
+    folder = tmp_path / name
+    folder.mkdir()
+    (folder / "recipe.yaml").write_text(made.render())
+    code, text = simulate(made, seed=seed)
+    assert code == 0
+    (folder / "log.txt").write_text(text)
+    return folder
+
+
+@pytest.mark.parametrize("change, verdict", [((), "pass"), (("--lr", "3e-6"), "fail"),
+                                             (("--eps-clip", "0.28"), "fail")])
+def test_the_gate_compares_the_loss_of_every_step_on_frozen_rollouts(tmp_path, change, verdict):
+    """slime's per-step train/loss is the gate's curve (every logged step by default) and reruns of the baseline
+    calibrate it: another run of the baseline's recipe passes, a change of the math (the learning rate, slime's
+    own clipping) fails, on the SIMULATED workload's loss-noise model."""
+    from attune.correctness import gate
+    base = recipe(FROZEN)
+    baseline = run_dir(tmp_path, "base", base, "b1")
+    repeats = [run_dir(tmp_path, "rep%d" % n, base, "b%d" % (n + 2)) for n in range(2)]
+    candidate = run_dir(tmp_path, "cand", recipe(FROZEN + list(change)), "c1")
+    result = gate.run_gate(baseline, candidate, repeats)
+    assert result["convergence"]["steps"] == [1, 10]  # 5 rollouts x 2 steps
+    assert result["verdict"] == verdict, result["reasons"]
+    if change:
+        classes = [item["class"] for item in result["config"]["changes"] if item["name"] == change[0]]
+        assert len(classes) == 1 and classes[0] in ("numeric", "fixed"), result["config"]["changes"]
+
+
 def test_a_placement_group_never_satisfied_waits_as_slime_does():
     class Hung(Exception):
         pass
