@@ -18,7 +18,12 @@ MODELS = {
     # name: (recipe template, GPU-hour budget, what it is)
     "llama3-70b": ("llama3_70b_h100x64.yaml", 200.0, "Llama-3.1-70B pretraining on 64 simulated H100s"),
     "qwen3-30b-a3b": ("qwen3_30b_a3b_h100x16.yaml", 60.0, "Qwen3-30B-A3B (MoE) pretraining on 16 simulated H100s"),
+    "qwen3-4b-grpo": ("qwen3_4b_grpo_h100x8.yaml", 4.0,
+                      "slime GRPO of Qwen3-4B on 8 simulated H100s, train-only on frozen rollouts"),
 }
+# the programs that stand in for the stack's: slime's train.py for a slime recipe, else Megatron-LM's pretrain_gpt.py
+SLIME_DEMOS = ("qwen3-4b-grpo",)
+FROZEN_ROLLOUTS = "/shared/rollouts/qwen3_4b_{rollout_id}.pt"  # a key for the simulator: no dump is read
 
 
 def _existing_config(directory: Path, flag: str):
@@ -49,7 +54,11 @@ def prepare(directory: Path, model: str = "llama3-70b", budget_gpuh: float = Non
     directory.mkdir(parents=True, exist_ok=True)
     baseline = directory / "baseline.yaml"
     text = (SIMULATE / "recipes" / template).read_text(encoding="utf-8")
-    baseline.write_text(text.format(python=sys.executable, sim=SIMULATE / "sim_megatron.py"), encoding="utf-8")
+    program = SIMULATE / ("sim_slime.py" if model in SLIME_DEMOS else "sim_megatron.py")
+    text = text.format(python=sys.executable, sim=program)
+    if model in SLIME_DEMOS:  # train-only: every candidate trains on the same (frozen) rollouts
+        text = text.replace("--num-rollout 5 ", "--num-rollout 5 --load-debug-rollout-data %s " % FROZEN_ROLLOUTS, 1)
+    baseline.write_text(text, encoding="utf-8")
     lines = ["# The ATTUNE demo: %s. SIMULATED: no GPU is used." % what,
              "ATTUNE_RUN_PREFIX=demo-",
              "ATTUNE_BASELINE_YAML=%s" % baseline,

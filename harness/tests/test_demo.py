@@ -18,7 +18,7 @@ sys.path.insert(0, str(HERE.parent))
 import integrity  # noqa: E402
 
 from attune.core import levers as levers_mod
-from attune.campaign import snapshot as snapshot_mod  # noqa: E402
+from attune.campaign import ranking as ranking_mod, snapshot as snapshot_mod  # noqa: E402
 
 
 def run_demo(directory: Path, *extra) -> subprocess.CompletedProcess:
@@ -64,6 +64,29 @@ def test_the_demo_runs_a_whole_campaign_whose_artifacts_agree_with_the_ledger(tm
 
     again = run_demo(directory)  # a finished demo is left as it is, and says so
     assert again.returncode == 0 and "finished: yes" in again.stdout
+
+
+def test_the_slime_demo_ships_a_gated_recipe_with_an_interval_on_its_gain(tmp_path):
+    """``--demo-model qwen3-4b-grpo``: a SIMULATED slime campaign (train-only on frozen rollouts) to a shipped
+    recipe whose every change passed the gate, its gain with a 95% interval, and a ledger that re-derives."""
+    directory = tmp_path / "slime"
+    proc = run_demo(directory, "--demo-model", "qwen3-4b-grpo")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    snap = snapshot_mod.take(directory)
+    ranking = snap.ranking
+    assert all(run.simulated for run in ranking.runs) and integrity.verify(str(directory)) == []
+    lead, base = ranking.leader, ranking.baseline
+    assert lead is not base and all(recipe.gate == "pass" for recipe in ranking.lineage(lead)[1:])
+    gain = ranking.compare(lead, base)
+    assert gain.wins and gain.low is not None and gain.low > 0
+    report = (directory / "REPORT.md").read_text()
+    assert "**SIMULATED**" in report and "| Gain | %s" % ranking_mod.gain_text(gain) in report
+    assert hashlib.sha256((directory / "recipe.yaml").read_bytes()).hexdigest() == lead.sha
+    assert "--use-dynamic-batch-size" in (directory / "recipe.yaml").read_text()
+    summary = json.loads((directory / "past_tuning_project.json").read_text())
+    assert summary["simulated"] is True and summary["model"]["slime_mode"] == "train_only"
+    from attune import cli
+    assert cli.main(["verify", "--replay", "--campaign", str(directory)]) == 0
 
 
 def test_the_demo_never_writes_into_a_directory_that_is_not_its_own(tmp_path):

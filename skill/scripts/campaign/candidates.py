@@ -151,9 +151,11 @@ def gate_config(baseline, child, settings) -> dict:
 
 def projected(recipe, hardware: str = None) -> Optional[dict]:
     """The projection of ``recipe`` on ``hardware`` (the recipe's ATTUNE_SIM_HARDWARE when not given), as the
-    ledger keeps it; None when no hardware is known. An illegal layout is an InputError naming the rule."""
+    ledger keeps it; None when no hardware is known, and for a slime recipe (the projection times a pretraining
+    step, not an RL step: rollout, log-probs and training on uneven samples). An illegal layout is an InputError
+    naming the rule."""
     hardware = hardware or recipe.env().get("ATTUNE_SIM_HARDWARE")
-    if not hardware:
+    if not hardware or slime.is_slime(recipe.command.program, recipe.args()):
         return None
     from attune.projection.api import project
     env = recipe.env()

@@ -12,13 +12,18 @@ import datetime
 import json
 from pathlib import Path
 
+from attune.core import slime
+
 from .ranking import gain_dict
 
 SUMMARY = "past_tuning_project.json"
 SCHEMA_VERSION = 1
 MODEL_ARGS = ("--num-layers", "--hidden-size", "--num-attention-heads", "--seq-length", "--num-experts",
               "--global-batch-size", "--micro-batch-size", "--tensor-model-parallel-size",
-              "--pipeline-model-parallel-size", "--context-parallel-size", "--expert-model-parallel-size")
+              "--pipeline-model-parallel-size", "--context-parallel-size", "--expert-model-parallel-size",
+              # a slime recipe's RL shape (core/slime.py)
+              "--rollout-batch-size", "--n-samples-per-prompt", "--num-steps-per-rollout", "--rollout-max-response-len",
+              "--num-rollout", "--actor-num-gpus-per-node", "--actor-num-nodes", "--colocate")
 
 
 def _model(recipe_file):
@@ -27,10 +32,14 @@ def _model(recipe_file):
     from attune.core.recipe import Recipe
 
     try:
-        args = Recipe(Path(recipe_file).read_text(encoding="utf-8"), str(recipe_file)).args()
+        recipe = Recipe(Path(recipe_file).read_text(encoding="utf-8"), str(recipe_file))
+        args = recipe.args()
     except (OSError, InputError):
         return {}
-    return {flag: args[flag] for flag in MODEL_ARGS if flag in args}
+    model = {flag: args[flag] for flag in MODEL_ARGS if flag in args}
+    if slime.is_slime(recipe.command.program, args):
+        model["slime_mode"] = slime.shape_of(args).mode
+    return model
 
 
 def _lever(ranking, recipe) -> dict:

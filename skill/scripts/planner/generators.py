@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from attune.core import legality
+from attune.core import legality, slime
 from attune.core.recipe import Recipe
 
 RECOMPUTE_FLAGS = ("--recompute-granularity", "--recompute-method", "--recompute-num-layers", "--recompute-modules")
@@ -50,6 +50,8 @@ class Context(object):
         self.mbs = as_int(a, "--micro-batch-size", 1)
         self.layers = as_int(a, "--num-layers", 0)
         self.experts = as_int(a, "--num-experts", 0)
+        # a slime recipe's mode and GPUs (core/slime.py); None for Megatron-LM
+        self.slime = slime.shape_of(a) if slime.is_slime(recipe.command.program, a) else None
 
     def has(self, flag: str) -> bool:
         return flag in self.args
@@ -295,6 +297,46 @@ def _gen_p2p_chunk(ctx):
     return _env_values(ctx, "NCCL_P2P_NET_CHUNKSIZE", ("2097152",))
 
 
+# ------------------------------------------------------------------------------------------ slime's levers
+DYNAMIC_BUDGETS = (4608, 9216, 16384)  # --max-tokens-per-gpu values slime's examples use (levers.md)
+ENGINE_GPUS = (1, 2, 4, 8)
+MEM_FRACTIONS = ("0.6", "0.7", "0.8", "0.85")
+
+
+def _gen_dynamic_batch(ctx):
+    """Pack the actor's micro-batches up to a token budget instead of a fixed count of padded samples."""
+    if ctx.slime is None:
+        return []
+    current = ctx.args.get("--max-tokens-per-gpu")
+    if not ctx.has("--use-dynamic-batch-size"):
+        return [("dynamic-batch-size=%d" % budget, [("--set", "use-dynamic-batch-size"),
+                                                    ("--set", "max-tokens-per-gpu=%d" % budget)])
+                for budget in DYNAMIC_BUDGETS]
+    out = [("max-tokens-per-gpu=%d" % budget, [("--set", "max-tokens-per-gpu=%d" % budget)])
+           for budget in DYNAMIC_BUDGETS if str(budget) != current]
+    out.append(("dynamic-batch-size=off", [("--unset", "use-dynamic-batch-size"), ("--unset", "max-tokens-per-gpu")]))
+    return out
+
+
+def _gen_engine_tp(ctx):
+    """The GPUs of each SGLang rollout engine (its TP): only where the run generates (the whole loop)."""
+    if ctx.slime is None or ctx.slime.mode != "whole_loop":
+        return []
+    rollout = ctx.slime.placement_gpus if ctx.slime.colocate else ctx.slime.placement_gpus - ctx.slime.actor_gpus
+    current = as_int(ctx.args, "--rollout-num-gpus-per-engine", 1)
+    return [("rollout-num-gpus-per-engine=%d" % n, [("--set", "rollout-num-gpus-per-engine=%d" % n)])
+            for n in ENGINE_GPUS if n != current and rollout > 0 and rollout % n == 0]
+
+
+def _gen_mem_fraction(ctx):
+    """The share of GPU memory SGLang reserves for its weights and KV cache (the whole loop only)."""
+    if ctx.slime is None or ctx.slime.mode != "whole_loop":
+        return []
+    current = ctx.args.get("--sglang-mem-fraction-static")
+    return [("sglang-mem-fraction-static=%s" % f, [("--set", "sglang-mem-fraction-static=%s" % f)])
+            for f in MEM_FRACTIONS if f != current]
+
+
 GENERATORS = {
     "tensor-parallel-size": _gen_tp,
     "sequence-parallel": _gen_sp,
@@ -320,4 +362,7 @@ GENERATORS = {
     "nccl-cta-policy": lambda ctx: _env_values(ctx, "NCCL_CTA_POLICY", ("1",)),
     "nccl-p2p-chunksize": _gen_p2p_chunk,
     "avoid-record-streams": lambda ctx: _env_values(ctx, "TORCH_NCCL_AVOID_RECORD_STREAMS", ("1",)),
+    "dynamic-batch-size": _gen_dynamic_batch,
+    "rollout-engine-tp": _gen_engine_tp,
+    "sglang-mem-fraction": _gen_mem_fraction,
 }

@@ -65,7 +65,10 @@ VERDICTS = ("running", "beats", "kept", "rejected", "hurt", "failed")
 NEVER_AGAIN = ("nan_loss", "config_error")  # failure classes no new leader changes
 # Without a projection (no hardware known) the diagnosis is unknown: SKILL.md's order for that case, the
 # communication-overlap levers first, then what spends measured headroom, then the rest in the catalog's order.
-BLIND_ORDER = ("overlap-grad-reduce", "overlap-param-gather", "tp-comm-overlap", "micro-batch-size", "full-recompute",
+# slime's own levers lead on a slime recipe (the space offers them only there): an RL step's padding of uneven
+# samples and its rollout engines come before the pretraining layout's overlaps
+BLIND_ORDER = ("dynamic-batch-size", "rollout-engine-tp", "sglang-mem-fraction",
+               "overlap-grad-reduce", "overlap-param-gather", "tp-comm-overlap", "micro-batch-size", "full-recompute",
                "selective-recompute", "virtual-pipeline")
 
 

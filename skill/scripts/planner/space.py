@@ -42,8 +42,8 @@ SCRIPTS = Path(__file__).resolve().parents[1]
 if str(SCRIPTS) not in sys.path:
     sys.path.insert(0, str(SCRIPTS))
 
-from attune.campaign.candidates import parse_changes  # noqa: E402
-from attune.core import legality, levers as levers_mod, workload  # noqa: E402
+from attune.campaign.candidates import known_flags, parse_changes  # noqa: E402
+from attune.core import legality, levers as levers_mod, slime as slime_mod, workload  # noqa: E402
 from attune.core.errors import AttuneError  # noqa: E402
 from attune.core.recipe import Recipe, diff  # noqa: E402
 from attune.planner.generators import BOTTLENECKS, GENERATORS, Context, as_int  # noqa: E402
@@ -60,8 +60,12 @@ LEVER_IDS = (
     "micro-batch-size", "selective-recompute", "full-recompute",
     "distributed-optimizer", "expandable-segments", "overlap-grad-reduce", "overlap-param-gather", "ddp-bucket-size",
     "cuda-device-max-connections", "high-priority-nccl-streams", "nvls", "nccl-cta-policy", "nccl-p2p-chunksize",
-    "avoid-record-streams",
+    "avoid-record-streams", "sglang-mem-fraction", "dynamic-batch-size", "rollout-engine-tp",
 )
+# slime's own levers, offered first on a slime recipe: they address what an RL step adds to training (padded
+# micro-batches of uneven samples, the rollout engines); the Megatron-LM layout levers follow
+SLIME_LEVER_IDS = ("dynamic-batch-size", "rollout-engine-tp", "sglang-mem-fraction")
+SLIME_SEQ_LENGTH = "4096"  # slime's --seq-length when a recipe sets none (slime/backends/megatron_utils/arguments.py)
 
 # Flags a lever's alternative may change besides its own, each because a rule couples them (the catalog's
 # "Couples with" or a legality rule); name -> why.
@@ -200,15 +204,19 @@ def check(parent: Recipe, child: Recipe, baseline: Recipe, gpu: Optional[str], g
     problems = workload.compare(baseline, child)
     if problems:
         return "workload: " + "; ".join(problems)
-    violations = legality.check(child.args(), child.env(), child.gpus(), gpu, trusted=baseline.args())
+    violations = legality.check(child.args(), child.env(), child.gpus(), gpu, trusted=baseline.args(),
+                                known=known_flags(child))
     if violations:
         return "legality: " + "; ".join(str(v) for v in violations)
     env = child.env()
     from attune.projection import config as proj_config
     gpus = int(env["ATTUNE_SIM_GPUS"]) if env.get("ATTUNE_SIM_GPUS", "").isdigit() else child.gpus()
     per_node = env.get("ATTUNE_SIM_GPUS_PER_NODE", "")
+    args = child.args()
+    if slime_mod.is_slime(child.command.program, args) and "--seq-length" not in args:
+        args = dict(args, **{"--seq-length": SLIME_SEQ_LENGTH})  # what slime sets when the recipe sets none
     try:
-        proj_config.parse(child.args(), gpus, gpu, int(per_node) if per_node.isdigit() else 8)
+        proj_config.parse(args, gpus, gpu, int(per_node) if per_node.isdigit() else 8)
     except AttuneError as exc:
         return "megatron: " + str(exc).splitlines()[0]
     from attune.correctness import config_check
@@ -262,7 +270,8 @@ def space(recipe, baseline=None, *, gpu: Optional[str] = None, gate_rules: Optio
     gpu = ctx.gpu
     entries = _catalog(str(catalog or levers_mod.CATALOG))
     out = []
-    for lever_id in LEVER_IDS:
+    order = LEVER_IDS if ctx.slime is None else SLIME_LEVER_IDS + tuple(i for i in LEVER_IDS if i not in SLIME_LEVER_IDS)
+    for lever_id in order:
         entry = entries.get(lever_id)
         if entry is None:
             continue
@@ -343,12 +352,14 @@ def _overlapped(args: dict) -> dict:
 
 
 def project_recipe(recipe, hardware: Optional[str] = None) -> Optional[Prediction]:
-    """The projection of one recipe; None without hardware (the recipe's ``ATTUNE_SIM_HARDWARE`` by default).
+    """The projection of one recipe; None without hardware (the recipe's ``ATTUNE_SIM_HARDWARE`` by default), and
+    None for a slime recipe: the projection times a pretraining step, and an RL step is rollout, log-probs and
+    training on samples of uneven length, so its levers are tried in the space's order instead.
     A layout the projection refuses gives a ``Prediction`` with ``error`` set."""
     recipe = as_recipe(recipe)
     env = recipe.env()
     hardware = hardware or env.get("ATTUNE_SIM_HARDWARE")
-    if not hardware:
+    if not hardware or slime_mod.is_slime(recipe.command.program, recipe.args()):
         return None
     from attune.projection.api import project
     gpus = int(env["ATTUNE_SIM_GPUS"]) if env.get("ATTUNE_SIM_GPUS", "").isdigit() else recipe.gpus()

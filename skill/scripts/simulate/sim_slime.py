@@ -55,6 +55,8 @@ NO_CUDA_GRAPH = 0.7
 PROMPT_TOKENS = 180
 WAIT_EVERY_S = 30.0
 WARM_UP = 1.4  # the first rollout's training is this much slower (CUDA graph capture, allocator growth)
+SHORT_MICROBATCH_TOKENS = 512.0
+PACKING = 0.98  # the share of a packed micro-batch's token budget that samples fill
 RL_LOSS, RL_DECAY = 0.02, 0.97  # the policy loss at the first step, and its fall per step (SIMULATED)
 
 
@@ -92,6 +94,25 @@ def lengths(args: dict, rollout: int) -> list:
         response = int(min(longest, max(16.0, 0.45 * longest * math.exp(0.6 * stream.normal()))))
         out.append(PROMPT_TOKENS + response)
     return out
+
+
+def _utilization(tokens: float) -> float:
+    """How well a micro-batch of ``tokens`` tokens uses the GPU, relative to a long one (kernel launches and small
+    GEMMs cost a short micro-batch as much as ``SHORT_MICROBATCH_TOKENS`` more tokens would). SIMULATED."""
+    return tokens / (tokens + SHORT_MICROBATCH_TOKENS)
+
+
+def _efficiency(samples: list, mbs: int, args: dict, seq: int) -> float:
+    """The training throughput of these samples relative to the projection's (full ``seq``-token sequences): a
+    static micro-batch of ``mbs`` samples pads each to its longest; ``--use-dynamic-batch-size`` packs them into
+    micro-batches of up to ``--max-tokens-per-gpu`` tokens with no padding. SIMULATED."""
+    reference = _utilization(seq * mbs)
+    if "--use-dynamic-batch-size" in args:
+        budget = _number(args, "--max-tokens-per-gpu", float(seq))
+        return PACKING * _utilization(budget) / reference
+    groups = [samples[i:i + mbs] for i in range(0, len(samples), mbs)]
+    padded = sum(max(group) * len(group) / _utilization(max(group) * len(group)) for group in groups)
+    return sum(samples) / padded / reference
 
 
 def run(argv: list, env: dict, out: TextIO, project, config_error=(), sleep: Callable[[float], None] = None) -> int:
@@ -173,11 +194,7 @@ def run(argv: list, env: dict, out: TextIO, project, config_error=(), sleep: Cal
     for rid in range(rollouts):
         samples = lengths(args, rid)
         trained = sum(samples)
-        if "--use-dynamic-batch-size" in args:
-            efficiency = 0.96
-        else:  # a static micro-batch pads every sample to its longest
-            groups = [samples[i:i + mbs] for i in range(0, len(samples), mbs)]
-            efficiency = trained / float(sum(max(group) * len(group) for group in groups))
+        efficiency = _efficiency(samples, mbs, args, seq)
         actor_train = trained / (tokens_per_s_gpu * shape.actor_gpus * efficiency) * factors[rid]
         log_probs = actor_train / 3.0
         ref_log_probs = actor_train / 3.0
