@@ -150,7 +150,9 @@ def memory_limit_mb(settings=None) -> Optional[float]:
 
 
 # what a launcher prints on its own while the job makes no progress: torch elastic's rendezvous keep-alive warnings
-_CHATTER = re.compile(rb"torch/distributed/elastic/rendezvous/|keep-alive heartbeat")
+# lines a stuck job keeps printing that are not progress: torchrun's rendezvous heartbeat, and slime's driver waiting
+# for a placement group the cluster cannot satisfy (every 30 s, for ever)
+_CHATTER = re.compile(rb"torch/distributed/elastic/rendezvous/|keep-alive heartbeat|Waiting for placement group of \d+ GPUs")
 
 
 # the time stamp torch's (glog-style) warnings start with: W1202 02:43:23.009000 (local time, no year)

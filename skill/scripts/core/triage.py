@@ -209,6 +209,17 @@ def _config_error(failures: list, first_step_line: Optional[int]):
     return None
 
 
+_PLACEMENT_WAIT = re.compile(r"Waiting for placement group of \d+ GPUs \(elapsed \d+s\)")
+
+
+def _placement_wait(log_lines) -> Optional[str]:
+    """The last line of the log when it is slime's wait for a placement group (the job never got its GPUs)."""
+    for line in reversed(log_lines or ()):
+        if line.strip():
+            return line.strip() if _PLACEMENT_WAIT.search(line) else None
+    return None
+
+
 def classify(parsed: dict, exit_code: Optional[int] = None, events: Iterable[str] = (),
              seconds_without_progress: Optional[float] = None, hang_after_s: float = 900.0,
              log_lines: Optional[list] = None, backend_message: Optional[str] = None) -> Optional[Triage]:
@@ -260,6 +271,9 @@ def classify(parsed: dict, exit_code: Optional[int] = None, events: Iterable[str
                     else "iteration %d" % step["step"])
             return _make("nan_loss", line, step["line_no"], "log")
     if seconds_without_progress is not None and seconds_without_progress > hang_after_s:
+        waiting = _placement_wait(log_lines)
+        if waiting is not None:  # slime's driver never got its GPUs: the cluster could not place the job
+            return _make("unschedulable", waiting, None, "log")
         last = steps[-1:] or [None]
         where = "after iteration %d" % last[0]["step"] if last[0] else "before the first iteration"
         return _make("hang", "no new iteration for %.0f s (limit %.0f s), %s" % (

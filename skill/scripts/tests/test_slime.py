@@ -266,3 +266,23 @@ def test_finalize_scores_a_simulated_slime_run_on_the_local_backend(slime_campai
     view = ranking.build(campaign.ledger.rows()).run(row["run"])
     assert view.score.rankable and view.tokens > 0
     assert cli.main(["verify", "--replay", "--campaign", str(campaign.dir)]) == 0  # the row derives again
+
+
+def test_a_placement_group_never_satisfied_is_torn_down_as_unschedulable(slime_campaign):
+    """slime's driver waits for ever, printing its wait every 30 s: those lines are not progress, so past the hang
+    limit the run is torn down and triaged unschedulable, the wait its evidence."""
+    import time
+    campaign, settings = slime_campaign
+    runs.launch_baseline(campaign, settings)
+    assert cli.main(["candidate", "new", "--campaign", str(campaign.dir), "--parent", "baseline", "--env",
+                     "ATTUNE_SIM_FAULT=placement", "--lever", "other: ATTUNE_SIM_FAULT", "--hypothesis", "h"]) == 0
+    run = sorted(path.name for path in (campaign.dir / "runs").iterdir())[-1]
+    runs.launch_candidate(campaign, settings, run)
+    wait(campaign, settings, run, ("running",))
+    deadline, row = time.time() + 60, None
+    while row is None and time.time() < deadline:
+        row = runs.finalize(campaign, settings, run, hang_after_s=1.5)
+        time.sleep(0.3)
+    assert row is not None and row["status"] == "failed", row
+    assert row["failure"]["class"] == "unschedulable"
+    assert "Waiting for placement group of 8 GPUs" in row["failure"]["evidence"]
