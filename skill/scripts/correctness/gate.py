@@ -21,7 +21,7 @@ import re
 from pathlib import Path
 from typing import Optional
 
-from attune.core import files, logparse
+from attune.core import files, logparse, slime
 from attune.core.command import Command
 from attune.core.errors import InputError
 from attune.core.recipe import Recipe
@@ -170,6 +170,11 @@ def run_gate(baseline_dir, candidate_dir, repeat_dirs=(), steps=None, rules: Rul
     baseline = load_run(baseline_dir, "baseline")
     candidate = load_run(candidate_dir, "candidate")
     repeats = [load_run(path, "repeat") for path in repeat_dirs]
+    if baseline.slime and slime.shape_of(baseline.args).mode != "train_only":
+        raise InputError("baseline %s: a slime run of the whole loop trains on rollouts of its own, so its loss is no "
+                         "reference for another run's. Fix: gate its train-only replay: save its rollouts "
+                         "(--save-debug-rollout-data), freeze them (`attune rows from-slime`), and gate runs that load "
+                         "them (--load-debug-rollout-data; PROTOCOL.md §4.4)" % baseline.path)
     if steps is None:
         steps = (1, max(2, baseline.last_step)) if baseline.slime else DEFAULT_STEPS
     first, last = steps

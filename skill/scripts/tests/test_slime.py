@@ -232,6 +232,15 @@ def test_the_gate_compares_the_loss_of_every_step_on_frozen_rollouts(tmp_path, c
         assert len(classes) == 1 and classes[0] in ("numeric", "fixed"), result["config"]["changes"]
 
 
+def test_a_whole_loop_run_is_gated_only_on_its_train_only_replay(tmp_path):
+    from attune.core.errors import InputError
+    from attune.correctness import gate
+    base = recipe()
+    baseline, candidate = run_dir(tmp_path, "base", base, "b1"), run_dir(tmp_path, "cand", base, "c1")
+    with pytest.raises(InputError, match="gate its train-only replay"):
+        gate.run_gate(baseline, candidate)
+
+
 def test_a_placement_group_never_satisfied_waits_as_slime_does():
     class Hung(Exception):
         pass
