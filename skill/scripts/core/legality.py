@@ -14,6 +14,7 @@ import difflib
 import re
 from typing import Mapping, Optional
 
+from . import slime
 from .errors import CheckFailed
 
 # Flags that look plausible but Megatron-LM's command line does not have (or no longer uses).
@@ -192,6 +193,9 @@ def check(args: Mapping, env: Mapping, world_size: int, gpu: Optional[str] = Non
     for flag, hint in NOT_MEGATRON_FLAGS.items():
         if flag in args:
             bad("no-such-flag", "%s is not a Megatron-LM command-line flag" % flag, hint)
+    if slime.is_slime("", args):  # slime's own start-up asserts
+        for rule, message, fix in slime.violations(args):
+            bad(rule, message, fix)
     sizes = {}
     for flag, default in (("--tensor-model-parallel-size", 1), ("--pipeline-model-parallel-size", 1),
                           ("--context-parallel-size", 1), ("--expert-model-parallel-size", 1),

@@ -71,6 +71,20 @@ def shape_of(args) -> Shape:
                  colocate)
 
 
+def violations(args) -> list:
+    """The rules slime's own argument checks assert before it trains (slime/utils/arguments.py), as
+    ``(rule, message, fix)``: a run that breaks one exits at start-up having tested nothing."""
+    out = []
+    if "--use-dynamic-batch-size" in args and args.get("--max-tokens-per-gpu") in (None, True):
+        out.append(("dynamic-batch-size", "--use-dynamic-batch-size needs --max-tokens-per-gpu (slime asserts "
+                    "max_tokens_per_gpu must be set when use_dynamic_batch_size is set)",
+                    "give --max-tokens-per-gpu N (e.g. 9216)"))
+    if "--balance-by-flops" in args and "--use-dynamic-batch-size" not in args:
+        out.append(("balance-by-flops", "--balance-by-flops requires --use-dynamic-batch-size (slime asserts it)",
+                    "set --use-dynamic-batch-size with --max-tokens-per-gpu, or drop --balance-by-flops"))
+    return out
+
+
 def compare(baseline_args, candidate_args) -> list:
     """Workload differences between a slime candidate and its baseline, one line each (empty: the same)."""
     problems = []

@@ -111,6 +111,17 @@ def test_a_misspelled_flag_in_a_slime_candidate_is_refused_naming_the_real_one(t
     assert legality.check(made.args(), made.env(), 8, "h100", known=frozenset()) != []  # the list is what is known
 
 
+def test_slimes_own_start_up_asserts_are_refused_before_launch():
+    made = recipe(("--use-dynamic-batch-size", True))
+    found = [v.rule for v in legality.check(made.args(), made.env(), 8, "h100", trusted=recipe().args())]
+    assert found == ["dynamic-batch-size"]
+    made = recipe(("--balance-by-flops", True))
+    found = [v.rule for v in legality.check(made.args(), made.env(), 8, "h100", trusted=recipe().args())]
+    assert found == ["balance-by-flops"]
+    packed = recipe(("--use-dynamic-batch-size", True, "--max-tokens-per-gpu", "9216", "--balance-by-flops", True))
+    assert legality.check(packed.args(), packed.env(), 8, "h100", trusted=recipe().args()) == []
+
+
 # ---------------------------------------------------------------- real slime text
 
 def test_the_rollout_sides_perf_record_is_told_apart_by_its_keys_on_real_text():
