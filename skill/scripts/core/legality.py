@@ -31,6 +31,8 @@ BLACKWELL = ("b200", "b300", "gb200", "gb300", "vr200")
 
 # Throughput-relevant flags that exist (Megatron-LM core_v0.15 to HEAD, slime's own), from the
 # project's reference. Not a complete list: it is what a misspelling is measured against.
+# the embedding and the loss counted as one layer each in the pipeline split (Megatron-LM's flags)
+ACCOUNT_FLAGS = ("--account-for-embedding-in-pipeline-split", "--account-for-loss-in-pipeline-split")
 SGLANG_PREFIX = "--sglang-"  # slime makes these from SGLang's ServerArgs: not in its own argument list
 KNOWN_FLAGS = (
     "--tensor-model-parallel-size", "--pipeline-model-parallel-size", "--num-layers-per-virtual-pipeline-stage",
@@ -51,6 +53,7 @@ KNOWN_FLAGS = (
     "--timing-log-level", "--profile", "--profile-step-start", "--profile-step-end", "--profile-ranks",
     "--use-pytorch-profiler", "--record-memory-history", "--deterministic-mode", "--num-layers", "--seq-length",
     "--pipeline-model-parallel-layout", "--decoder-first-pipeline-num-layers", "--decoder-last-pipeline-num-layers",
+    "--account-for-embedding-in-pipeline-split", "--account-for-loss-in-pipeline-split",
     "--exit-interval", "--train-iters",
     # slime
     "--actor-num-nodes", "--actor-num-gpus-per-node", "--rollout-num-gpus", "--rollout-num-gpus-per-engine",
@@ -98,8 +101,13 @@ def _pipeline_split(args: Mapping, layers: Optional[int], pp: int, per_vstage: O
     the model's, no other virtual-pipeline flag beside it); uneven first/last stages
     (``--decoder-first/last-pipeline-num-layers``) leave the rest to divide evenly over the middle stages
     (``--num-layers-per-virtual-pipeline-stage`` is refused with them); otherwise the layers divide by PP and
-    the layers per stage by the layers per virtual stage."""
+    the layers per stage by the layers per virtual stage, the embedding and the loss each counting as one layer
+    where ``--account-for-embedding-in-pipeline-split`` / ``--account-for-loss-in-pipeline-split`` say so (the
+    first stage then builds one decoder layer fewer, the last one fewer: Megatron-LM core_v0.16.1
+    ``transformer_block.get_num_layers_to_build``, ``arguments.validate_args``), which neither the layout nor
+    uneven first/last stages may be given with (``TransformerConfig.__post_init__``)."""
     out = []
+    accounted = [flag for flag in ACCOUNT_FLAGS if args.get(flag) is True]
     layout = args.get("--pipeline-model-parallel-layout")
     vstages = args.get("--num-virtual-stages-per-pipeline-rank")
     first = _int(args, "--decoder-first-pipeline-num-layers", None)
@@ -125,6 +133,13 @@ def _pipeline_split(args: Mapping, layers: Optional[int], pp: int, per_vstage: O
         if uneven:
             out.append(Violation("pipeline-layout", "--decoder-first/last-pipeline-num-layers cannot be given with "
                                  "--pipeline-model-parallel-layout", "put the uneven stages in the layout"))
+        if accounted:
+            out.append(Violation("pipeline-layout", "%s cannot be given with --pipeline-model-parallel-layout"
+                                 % " and ".join(accounted), "place the embedding (E) and loss (L) in the layout"))
+        return out
+    if uneven and accounted:
+        out.append(Violation("uneven-pipeline", "--decoder-first/last-pipeline-num-layers cannot be given with %s"
+                             % " and ".join(accounted), "keep one way of evening out the stages"))
         return out
     if uneven:
         if per_vstage is not None:
@@ -142,17 +157,19 @@ def _pipeline_split(args: Mapping, layers: Optional[int], pp: int, per_vstage: O
                                      "evenly over %d middle stage(s)" % (rest, middle),
                                      "choose first/last stage sizes (or a PP size) that leave an even split"))
         return out
-    if layers is not None and layers % pp:
-        out.append(Violation("layers-per-stage", "--num-layers=%d is not divisible by --pipeline-model-parallel-size=%d"
-                             % (layers, pp), "choose a PP size that divides the number of layers (or set an uneven "
-                             "first/last stage)"))
+    counted = None if layers is None else layers + len(accounted)
+    if counted is not None and counted % pp:
+        out.append(Violation("layers-per-stage", "--num-layers=%d%s is not divisible by --pipeline-model-parallel-size=%d"
+                             % (layers, "".join(" +1 (%s)" % flag[2:] for flag in accounted), pp),
+                             "choose a PP size that divides the number of layers (or set an uneven first/last stage, "
+                             "or count the embedding and loss in the split)"))
     if per_vstage is not None:
         if pp == 1:
             out.append(Violation("virtual-pipeline", "--num-layers-per-virtual-pipeline-stage needs pipeline "
                                  "parallelism (PP > 1)", "remove it or raise --pipeline-model-parallel-size"))
-        elif layers is not None and (layers // pp) % per_vstage:
+        elif counted is not None and (counted // pp) % per_vstage:
             out.append(Violation("virtual-pipeline", "%d layers per pipeline stage are not divisible by "
-                                 "--num-layers-per-virtual-pipeline-stage=%d" % (layers // pp, per_vstage),
+                                 "--num-layers-per-virtual-pipeline-stage=%d" % (counted // pp, per_vstage),
                                  "choose a number of layers per virtual stage that divides the layers per stage"))
     return out
 

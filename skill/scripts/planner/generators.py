@@ -49,6 +49,8 @@ class Context(object):
         self.ep = as_int(a, "--expert-model-parallel-size", 1)
         self.mbs = as_int(a, "--micro-batch-size", 1)
         self.layers = as_int(a, "--num-layers", 0)
+        # the layers the pipeline split counts: the embedding and the loss too where the recipe says so
+        self.split_layers = self.layers + sum(1 for flag in legality.ACCOUNT_FLAGS if a.get(flag) is True)
         self.experts = as_int(a, "--num-experts", 0)
         # a slime recipe's mode and GPUs (core/slime.py); None for Megatron-LM
         self.slime = slime.shape_of(a) if slime.is_slime(recipe.command.program, a) else None
@@ -127,9 +129,9 @@ def _gen_pp(ctx):
 
 
 def _gen_vp(ctx):
-    if ctx.pp <= 1 or not ctx.layers or ctx.layers % ctx.pp:
+    if ctx.pp <= 1 or not ctx.layers or ctx.split_layers % ctx.pp:
         return []
-    per_stage = ctx.layers // ctx.pp
+    per_stage = ctx.split_layers // ctx.pp
     by_stages = ctx.has("--num-virtual-stages-per-pipeline-rank")
     out = []
     current = [flag for flag in VP_FLAGS if ctx.has(flag)]

@@ -49,7 +49,7 @@ MODEL_FLAGS = (
 # Every argument ``parse`` reads (a lever none of whose flags is here is not modelled: the projection
 # cannot tell its alternatives apart). The projection reads no environment variable.
 READS = frozenset((
-    "--attention-backend", "--attention-dropout", "--bf16", "--context-parallel-size",
+    "--account-for-embedding-in-pipeline-split", "--account-for-loss-in-pipeline-split", "--attention-backend", "--attention-dropout", "--bf16", "--context-parallel-size",
     "--decoder-first-pipeline-num-layers", "--decoder-last-pipeline-num-layers", "--delay-wgrad-compute",
     "--exp-avg-dtype", "--exp-avg-sq-dtype", "--expert-model-parallel-size", "--expert-tensor-parallel-size",
     "--ffn-hidden-size", "--fine-grained-activation-offloading", "--fp16", "--fp4-format", "--fp8", "--fp8-format",
@@ -378,15 +378,26 @@ def parse(args: Mapping, gpus: int, gpu_name: str, gpus_per_node: int) -> Job:
     if sum(x is not None for x in (vp, per_vstage, layout_text)) > 1:
         raise ConfigError("virtual-pipeline: give only one of --num-layers-per-virtual-pipeline-stage, "
                           "--num-virtual-stages-per-pipeline-rank and --pipeline-model-parallel-layout")
+    # the embedding and the loss counted as one layer each in the split (Megatron-LM core_v0.16.1
+    # transformer_block.get_num_layers_to_build): the stage holding one builds a decoder layer fewer
+    embedding = args.get("--account-for-embedding-in-pipeline-split") is True
+    loss = args.get("--account-for-loss-in-pipeline-split") is True
+    counted = layers + embedding + loss
     if layout_text:
+        if embedding or loss:
+            raise ConfigError("pipeline-layout: --account-for-embedding/loss-in-pipeline-split cannot be given with "
+                              "--pipeline-model-parallel-layout (place E and L in the layout)")
         stages, vp = parse_layout(str(layout_text), pp, layers, mtp)
     else:
         if per_vstage is not None:
-            vp = (layers // pp) // per_vstage
+            vp = (counted // pp) // per_vstage
         vp = vp or 1
         first = _int(args, "--decoder-first-pipeline-num-layers", None)
         last = _int(args, "--decoder-last-pipeline-num-layers", None)
-        counts = [layers // pp] * pp
+        counts = [counted // pp] * pp
+        if (first is not None or last is not None) and (embedding or loss):
+            raise ConfigError("uneven-pipeline: --decoder-first/last-pipeline-num-layers cannot be given with "
+                              "--account-for-embedding/loss-in-pipeline-split")
         if first is not None or last is not None:
             if pp == 1:
                 raise ConfigError("uneven-pipeline: --decoder-first/last-pipeline-num-layers needs PP > 1")
@@ -400,14 +411,19 @@ def parse(args: Mapping, gpus: int, gpu_name: str, gpus_per_node: int) -> Job:
                 counts[0] = first
             if last is not None:
                 counts[-1] = last
-        elif layers % pp:
-            raise ConfigError("layers-per-stage: --num-layers=%d is not divisible by --pipeline-model-parallel-size=%d"
-                              % (layers, pp))
+        elif counted % pp:
+            raise ConfigError("layers-per-stage: --num-layers=%d%s is not divisible by --pipeline-model-parallel-size=%d"
+                              % (layers, " (+%d counted for the embedding and loss)" % (counted - layers)
+                                 if counted != layers else "", pp))
         if vp > 1 and any(c % vp for c in counts):
             raise ConfigError("virtual-pipeline: layers per pipeline stage %s are not divisible by the %d virtual "
                               "stages per rank" % (counts, vp))
-        stages = [(counts[k % pp] // vp, k == 0, k == pp * vp - 1, mtp if k == pp * vp - 1 else 0)
-                  for k in range(pp * vp)]
+        last_stage = pp * vp - 1
+        stages = [(counts[k % pp] // vp - (embedding and k == 0) - (loss and k == last_stage), k == 0,
+                   k == last_stage, mtp if k == last_stage else 0) for k in range(pp * vp)]
+        if any(stage[0] < 0 for stage in stages):
+            raise ConfigError("layers-per-stage: not enough layers in the first or last virtual stage for the "
+                              "embedding and loss counted in the split")
     stages = _ranks(stages, pp)
     if vp > 1 and pp <= 2 and "--overlap-p2p-comm" not in args:
         raise ConfigError("interleaved-pp: the interleaved schedule (VP %d) needs --pipeline-model-parallel-size > 2 "

@@ -98,3 +98,26 @@ def test_layer_split_follows_an_explicit_layout_or_uneven_stages():
         "uneven-pipeline"]
     assert "virtual-pipeline" in found(**{"--decoder-first-pipeline-num-layers": "30",
                                           "--num-layers-per-virtual-pipeline-stage": "1"})
+
+
+def test_the_embedding_and_the_loss_may_count_as_layers_in_the_split():
+    """Megatron-LM core_v0.16.1 (``arguments.validate_args``, ``transformer_block.get_num_layers_to_build``,
+    ``TransformerConfig.__post_init__``): with --account-for-embedding/loss-in-pipeline-split the layers plus one
+    for each must divide by PP (and by PP x the layers per virtual stage); neither goes with a layout or uneven
+    first/last stages. Llama-3.1-405B's 126 layers over PP 8, Qwen3-235B's 94 over PP 8, DeepSeek-V3's 61 over 16
+    with the embedding counted and 63 with both."""
+    def found(layers, pp, *flags, **extra):
+        args = dict(BASE, **{"--num-layers": str(layers), "--pipeline-model-parallel-size": str(pp),
+                             "--tensor-model-parallel-size": "1"}, **extra)
+        args.pop("--sequence-parallel", None)
+        args.update({flag: True for flag in flags})
+        return [v.rule for v in check(args, {}, 16 * pp)]
+    both = ("--account-for-embedding-in-pipeline-split", "--account-for-loss-in-pipeline-split")
+    assert found(126, 8) == ["layers-per-stage"] and found(126, 8, *both) == []
+    assert found(94, 8, *both) == [] and found(94, 8, both[0]) == ["layers-per-stage"]
+    assert found(63, 16, both[0]) == [] and found(62, 16, *both) == []
+    assert found(126, 8, *both, **{"--num-layers-per-virtual-pipeline-stage": "4"}) == []  # 128 / 8 / 4
+    assert "virtual-pipeline" in found(126, 8, *both, **{"--num-layers-per-virtual-pipeline-stage": "3"})
+    assert found(126, 8, *both, **{"--decoder-first-pipeline-num-layers": "14"}) == ["uneven-pipeline"]
+    assert found(126, 8, *both, **{"--pipeline-model-parallel-layout": "Et*15|" + "t*16|" * 6 + "t*15L"}) == [
+        "pipeline-layout"]

@@ -319,3 +319,21 @@ def test_exclusion_rules_are_stated_and_applied():
     for reason in reasons:
         assert "``%s``" % reason in dataset.__doc__
     assert all(not math.isnan(row.tokens_per_s_per_gpu) for row in dataset.load()[0])
+
+
+def test_the_embedding_and_the_loss_counted_in_the_split_take_a_layer_from_their_stage():
+    """Megatron-LM core_v0.16.1 ``transformer_block.get_num_layers_to_build``: with the embedding and the loss each
+    counted as a layer, every virtual stage holds (layers + 2) / (PP x VP) decoder layers but the first, which
+    builds one fewer (the embedding), and the last, one fewer (the loss): Llama-3.1-405B, PP 8, VP 8."""
+    from attune.projection import config
+    args = {"--num-layers": "126", "--hidden-size": "16384", "--ffn-hidden-size": "53248", "--num-attention-heads": "128",
+            "--group-query-attention": True, "--num-query-groups": "8", "--seq-length": "8192", "--vocab-size": "128256",
+            "--swiglu": True, "--tensor-model-parallel-size": "8", "--pipeline-model-parallel-size": "8",
+            "--num-virtual-stages-per-pipeline-rank": "8", "--micro-batch-size": "1", "--global-batch-size": "512",
+            "--bf16": True, "--account-for-embedding-in-pipeline-split": True,
+            "--account-for-loss-in-pipeline-split": True}
+    job = config.parse(args, 1024, "H100", 8)
+    sizes = [len(stage[0]) for stage in job.stages]
+    assert sum(sizes) == 126 and sizes[0] == 15 and sizes[-1] == 15 and set(sizes[1:-1]) == {16}
+    with pytest.raises(InputError, match="layers-per-stage"):
+        config.parse(dict(args, **{"--account-for-loss-in-pipeline-split": False}), 1024, "H100", 8)
