@@ -57,6 +57,10 @@ def _project_arguments(p) -> None:
                                       "MI355X (default: the recipe's ATTUNE_SIM_HARDWARE)")
     p.add_argument("--gpus", type=int, help="total GPUs (default: the recipe's worker groups)")
     p.add_argument("--gpus-per-node", type=int, help="GPUs per node (default: the hardware's)")
+    p.add_argument("--sweep", action="store_true",
+                   help="project every legal layout of the recipe's model on the GPUs (TP, PP, VP, CP, EP, ETP, "
+                        "micro-batch, recompute) and print the fastest that fit, with the error band")
+    p.add_argument("--top", type=int, default=10, metavar="N", help="with --sweep: how many layouts to print (10)")
 
 
 @verb("project", "the analytic projection of a recipe: memory per GPU against HBM with its breakdown, step time "
@@ -74,6 +78,13 @@ def cmd_project(args) -> int:
     gpus = args.gpus or (int(env["ATTUNE_SIM_GPUS"]) if env.get("ATTUNE_SIM_GPUS", "").isdigit() else recipe.gpus())
     if gpus <= 0:
         recipe.require_gpus()
+    if args.sweep:
+        from attune.projection import sweep
+        if args.top < 1:
+            raise InputError("--top %d: give at least 1" % args.top)
+        result = sweep.sweep(recipe.args(), gpus, hardware, args.gpus_per_node, top=args.top)
+        emit(args, result, sweep.text(result))
+        return EXIT_OK if result["best"] else EXIT_CHECK_FAILED
     out = api.project(recipe.args(), gpus, hardware, args.gpus_per_node)
     emit(args, out, api.text(out, path))
     return EXIT_OK if out["memory"]["fits"] else EXIT_CHECK_FAILED

@@ -1,0 +1,143 @@
+"""A layout sweep (``attune project RECIPE --sweep``): every layout of the recipe's model on ``gpus`` GPUs that
+Megatron-LM would accept, filtered by projected memory, ranked by projected tokens/s/GPU.
+
+A layout is TP, PP, VP, CP, EP, ETP, the micro-batch size and the recompute variant; everything else (model,
+sequence, global batch, precision, the overlap flags) stays as the recipe has it. TP runs over the divisors of
+the GPUs per node (tensor parallelism stays inside the NVLink domain), PP and CP over powers of two, EP over the
+divisors of the number of experts, ETP over 1 and TP, the micro-batch over 1, 2 and 4, VP over the divisors of
+the layers per stage (up to ``MAX_VP``), recompute over none, selective (the core attention) and full (uniform,
+one layer). Each candidate passes ``attune.core.legality`` and the projection's model-construction checks (the
+rules ``candidate new`` applies) or is dropped; one the projection says does not fit is kept aside. The error
+band shown beside every projection is the calibration's leave-one-out error on the recipe's GPU (params.json).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import json
+from pathlib import Path
+from typing import Mapping, Optional
+
+from attune.core import legality
+
+from . import api, hardware as hw
+
+PARAMS = Path(__file__).resolve().parent / "params.json"
+LAYOUT_FLAGS = ("--tensor-model-parallel-size", "--pipeline-model-parallel-size", "--context-parallel-size",
+                "--expert-model-parallel-size", "--expert-tensor-parallel-size", "--micro-batch-size",
+                "--num-virtual-stages-per-pipeline-rank", "--num-layers-per-virtual-pipeline-stage",
+                "--pipeline-model-parallel-layout", "--recompute-granularity", "--recompute-method",
+                "--recompute-num-layers", "--recompute-modules", "--sequence-parallel")
+RECOMPUTE = {"none": {}, "selective": {"--recompute-granularity": "selective", "--recompute-modules": "core_attn"},
+             "full": {"--recompute-granularity": "full", "--recompute-method": "uniform", "--recompute-num-layers": "1"}}
+MAX_VP = 8
+
+
+@dataclasses.dataclass(frozen=True)
+class Layout:
+    tp: int
+    pp: int
+    vp: int
+    cp: int
+    ep: int
+    etp: int
+    mbs: int
+    recompute: str
+    moe: bool = False
+
+    def args(self, base: Mapping) -> dict:
+        """``base`` with this layout's flags in place of its own."""
+        out = {flag: value for flag, value in base.items() if flag not in LAYOUT_FLAGS}
+        out.update({"--tensor-model-parallel-size": str(self.tp), "--pipeline-model-parallel-size": str(self.pp),
+                    "--context-parallel-size": str(self.cp), "--micro-batch-size": str(self.mbs)})
+        if self.moe:
+            out["--expert-model-parallel-size"] = str(self.ep)
+            out["--expert-tensor-parallel-size"] = str(self.etp)
+        if self.tp > 1:
+            out["--sequence-parallel"] = True
+        if self.vp > 1:
+            out["--num-virtual-stages-per-pipeline-rank"] = str(self.vp)
+        out.update(RECOMPUTE[self.recompute])
+        return out
+
+    def text(self) -> str:
+        experts = " EP %d ETP %d" % (self.ep, self.etp) if self.moe else ""
+        return "TP %d PP %d VP %d CP %d%s MBS %d recompute %s" % (self.tp, self.pp, self.vp, self.cp, experts, self.mbs,
+                                                                 self.recompute)
+
+
+def _divisors(n: int) -> list:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def _int(args: Mapping, flag: str, default: int) -> int:
+    value = args.get(flag)
+    return int(value) if isinstance(value, str) and value.isdigit() else default
+
+
+def layouts(args: Mapping, gpus: int, gpus_per_node: int):
+    """Every layout to try, before any check."""
+    layers = _int(args, "--num-layers", 0)
+    split = layers + sum(1 for flag in legality.ACCOUNT_FLAGS if args.get(flag) is True)
+    experts = _int(args, "--num-experts", 0)
+    powers = [2 ** k for k in range(0, 8) if 2 ** k <= gpus]
+    for tp, pp, cp in itertools.product(_divisors(gpus_per_node), powers, (1, 2, 4, 8)):
+        if gpus % (tp * pp * cp):
+            continue
+        per_stage = split // pp if pp and split % pp == 0 else 0
+        vps = [1] + ([v for v in _divisors(per_stage) if 1 < v <= MAX_VP] if pp > 2 and per_stage else [])
+        eps = [e for e in _divisors(experts) if e <= gpus] if experts else [1]
+        for vp, ep, mbs, recompute in itertools.product(vps, eps, (1, 2, 4), RECOMPUTE):
+            for etp in sorted({1, tp}) if experts else [tp]:
+                yield Layout(tp, pp, vp, cp, ep, etp, mbs, recompute, moe=bool(experts))
+
+
+def error_band(hardware: str, path: Path = PARAMS) -> Optional[float]:
+    """The calibration's leave-one-out median error on this GPU, as a fraction; None when it has no rows."""
+    loo = json.loads(path.read_text(encoding="utf-8")).get("loo", {})
+    value = (loo.get("by_gpu") or {}).get(hw.get(hardware).name)
+    return None if value is None else value / 100.0
+
+
+def sweep(args: Mapping, gpus: int, hardware: str, gpus_per_node: Optional[int] = None, top: int = 10) -> dict:
+    """The sweep's result: ``{"tried", "legal", "fit", "best": [...], "error_band", "hardware", "gpus"}``, ``best``
+    the ``top`` layouts that fit, fastest first, each ``{"layout", "tokens_per_s_per_gpu", "memory_gib",
+    "usable_gib", "step_s", "mfu"}``."""
+    gpu = hw.get(hardware)
+    per_node = gpus_per_node or gpu.gpus_per_node
+    tried = legal = 0
+    fit = []
+    for layout in layouts(args, gpus, per_node):
+        tried += 1
+        candidate = layout.args(args)
+        if [v for v in legality.check(candidate, {}, gpus, gpu.name, trusted=candidate) if v.rule not in
+                ("misspelled-flag", "no-such-flag", "cuda-device-max-connections")]:
+            continue
+        try:
+            out = api.project(candidate, gpus, gpu.name, per_node)
+        except api.ConfigError:
+            continue
+        legal += 1
+        if out["memory"]["fits"]:
+            fit.append((out["tokens_per_s_per_gpu"], layout, out))
+    fit.sort(key=lambda item: (-item[0], item[1].text()))
+    best = [{"layout": dataclasses.asdict(layout), "text": layout.text(), "tokens_per_s_per_gpu": rate,
+             "memory_gib": out["memory"]["total_gib"], "usable_gib": out["memory"]["usable_gib"],
+             "step_s": out["time"]["step_s"], "mfu": out["mfu"]} for rate, layout, out in fit[:top]]
+    return {"tried": tried, "legal": legal, "fit": len(fit), "best": best, "error_band": error_band(gpu.name),
+            "hardware": gpu.name, "gpus": gpus}
+
+
+def text(result: dict) -> str:
+    """A sweep as ``attune project --sweep`` prints it."""
+    band = result["error_band"]
+    lines = ["hardware: %s x %d" % (result["hardware"], result["gpus"]),
+             "layouts: %d tried, %d legal, %d fit" % (result["tried"], result["legal"], result["fit"]),
+             "error_band: %s" % ("+-%.1f%% (the calibration's leave-one-out median on this GPU)" % (band * 100)
+                                 if band is not None else "unknown: no calibration rows on this GPU")]
+    for rank, item in enumerate(result["best"], 1):
+        lines.append("%d: %s: %.1f tokens/s/GPU, memory %.1f of %.1f GiB, step %.3f s, MFU %.3f" % (
+            rank, item["text"], item["tokens_per_s_per_gpu"], item["memory_gib"], item["usable_gib"],
+            item["step_s"], item["mfu"]))
+    return "\n".join(lines)

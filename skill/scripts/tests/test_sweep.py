@@ -1,0 +1,61 @@
+"""``attune project RECIPE --sweep``: every layout the sweep ranks is one Megatron-LM accepts and the projection
+fits, fastest first, each scored as ``project`` scores it alone."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from attune import cli
+from attune.core import legality
+from attune.projection import api, sweep
+
+DENSE = {"--num-layers": "32", "--hidden-size": "4096", "--ffn-hidden-size": "14336", "--num-attention-heads": "32",
+         "--group-query-attention": True, "--num-query-groups": "8", "--seq-length": "8192", "--vocab-size": "128256",
+         "--swiglu": True, "--micro-batch-size": "1", "--global-batch-size": "128", "--bf16": True,
+         "--use-distributed-optimizer": True, "--tensor-model-parallel-size": "1"}
+
+
+def test_every_ranked_layout_is_legal_fits_and_scores_as_project_does():
+    result = sweep.sweep(DENSE, 16, "H100", top=8)
+    assert result["tried"] >= result["legal"] > result["fit"] >= len(result["best"]) == 8
+    rates = [item["tokens_per_s_per_gpu"] for item in result["best"]]
+    assert rates == sorted(rates, reverse=True)
+    for item in result["best"]:
+        layout = sweep.Layout(**item["layout"])
+        args = layout.args(DENSE)
+        assert [v.rule for v in legality.check(args, {}, 16, "H100", trusted=args)
+                if v.rule != "cuda-device-max-connections"] == []
+        alone = api.project(args, 16, "H100")
+        assert alone["memory"]["fits"] and alone["tokens_per_s_per_gpu"] == pytest.approx(item["tokens_per_s_per_gpu"])
+    assert "EP" not in result["best"][0]["text"]  # a dense model has no expert layout
+    assert result["error_band"] == pytest.approx(0.0751)
+
+
+def test_the_best_beats_every_other_legal_layout_that_fits():
+    result = sweep.sweep(DENSE, 8, "H100", top=1)
+    best = result["best"][0]["tokens_per_s_per_gpu"]
+    for layout in sweep.layouts(DENSE, 8, 8):
+        args = layout.args(DENSE)
+        if legality.check(args, {}, 8, "H100", trusted=args):
+            continue
+        try:
+            out = api.project(args, 8, "H100")
+        except api.ConfigError:
+            continue
+        if out["memory"]["fits"]:
+            assert out["tokens_per_s_per_gpu"] <= best + 1e-9
+
+
+def test_the_verb_prints_the_sweep_and_exits_1_when_nothing_fits(tmp_path, capsys):
+    recipe = tmp_path / "r.yaml"
+    words = " ".join("%s %s" % (flag, "" if value is True else value) for flag, value in DENSE.items())
+    recipe.write_text("apiVersion: ray.io/v1\nkind: RayJob\nmetadata:\n  name: x\nspec:\n  entrypoint: python3 "
+                      "pretrain_gpt.py %s\n" % words)
+    assert cli.main(["project", str(recipe), "--hardware", "H100", "--gpus", "16", "--sweep", "--top", "2"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("hardware: H100 x 16\nlayouts: ") and "\n1: TP " in out and "\n2: TP " in out
+    assert "\n3: " not in out
+    assert cli.main(["project", str(recipe), "--hardware", "H100", "--gpus", "1", "--sweep", "--json"]) == 1
+    assert json.loads(capsys.readouterr().out)["best"] == []  # 8B with its optimizer on one GPU: nothing fits
