@@ -339,6 +339,21 @@ def _gen_mem_fraction(ctx):
             for f in MEM_FRACTIONS if f != current]
 
 
+def _gen_offload(ctx):
+    """Keep the actor resident through the rollout (``--no-offload-train``) where both fit, or offload it again:
+    colocated, the whole loop only; dropping offload lowers the SGLang memory fraction with it (its Pitfalls)."""
+    if ctx.slime is None or ctx.slime.mode != "whole_loop" or not ctx.slime.colocate:
+        return []
+    if ctx.has("--no-offload-train"):
+        return [("offload-train=on", [("--unset", "no-offload-train")])]
+    current = ctx.args.get("--sglang-mem-fraction-static")
+    out = [("offload-train=off", [("--set", "no-offload-train")])]
+    if current != "0.6":
+        out.append(("offload-train=off,sglang-mem-fraction-static=0.6",
+                    [("--set", "no-offload-train"), ("--set", "sglang-mem-fraction-static=0.6")]))
+    return out
+
+
 GENERATORS = {
     "tensor-parallel-size": _gen_tp,
     "sequence-parallel": _gen_sp,
@@ -367,4 +382,5 @@ GENERATORS = {
     "dynamic-batch-size": _gen_dynamic_batch,
     "rollout-engine-tp": _gen_engine_tp,
     "sglang-mem-fraction": _gen_mem_fraction,
+    "slime-offload": _gen_offload,
 }

@@ -60,16 +60,18 @@ LEVER_IDS = (
     "micro-batch-size", "selective-recompute", "full-recompute",
     "distributed-optimizer", "expandable-segments", "overlap-grad-reduce", "overlap-param-gather", "ddp-bucket-size",
     "cuda-device-max-connections", "high-priority-nccl-streams", "nvls", "nccl-cta-policy", "nccl-p2p-chunksize",
-    "avoid-record-streams", "sglang-mem-fraction", "dynamic-batch-size", "rollout-engine-tp",
+    "avoid-record-streams", "slime-offload", "sglang-mem-fraction", "dynamic-batch-size", "rollout-engine-tp",
 )
 # slime's own levers, offered first on a slime recipe: they address what an RL step adds to training (padded
 # micro-batches of uneven samples, the rollout engines); the Megatron-LM layout levers follow
-SLIME_LEVER_IDS = ("dynamic-batch-size", "rollout-engine-tp", "sglang-mem-fraction")
+SLIME_LEVER_IDS = ("dynamic-batch-size", "rollout-engine-tp", "sglang-mem-fraction", "slime-offload")
 SLIME_SEQ_LENGTH = "4096"  # slime's --seq-length when a recipe sets none (slime/backends/megatron_utils/arguments.py)
 
 # Flags a lever's alternative may change besides its own, each because a rule couples them (the catalog's
 # "Couples with" or a legality rule); name -> why.
 COMPANIONS = {
+    "slime-offload": {"--sglang-mem-fraction-static": "removing offload without lowering the SGLang memory fraction "
+                                                      "OOMs the rollout engine (Pitfalls)"},
     "tensor-parallel-size": {
         "--sequence-parallel": "sequence parallelism is forced off at TP=1 and standard at TP>1 (Couples with)",
         "CUDA_DEVICE_MAX_CONNECTIONS": "TP>1 asserts CUDA_DEVICE_MAX_CONNECTIONS=1 before Blackwell (Couples with)"},

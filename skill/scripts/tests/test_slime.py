@@ -122,6 +122,20 @@ def test_slimes_own_start_up_asserts_are_refused_before_launch():
     assert legality.check(packed.args(), packed.env(), 8, "h100", trusted=recipe().args()) == []
 
 
+def test_the_planners_space_offers_slimes_levers_first_and_only_where_they_act():
+    from attune.planner import space
+    whole = space.space(recipe().render())
+    assert [lever.id for lever in whole[:4]] == ["dynamic-batch-size", "rollout-engine-tp", "sglang-mem-fraction",
+                                                "slime-offload"]
+    offload = next(lever for lever in whole if lever.id == "slime-offload")
+    assert [alt.name for alt in offload.alternatives] == ["offload-train=off",
+                                                          "offload-train=off,sglang-mem-fraction-static=0.6"]
+    frozen = {lever.id for lever in space.space(recipe(FROZEN).render())}
+    assert "dynamic-batch-size" in frozen and not frozen & {"rollout-engine-tp", "sglang-mem-fraction",
+                                                             "slime-offload"}  # no rollout is generated
+    assert space.project_recipe(recipe().render()) is None  # the projection times no RL step
+
+
 # ---------------------------------------------------------------- real slime text
 
 def test_the_rollout_sides_perf_record_is_told_apart_by_its_keys_on_real_text():
