@@ -72,9 +72,14 @@ def shape_of(args) -> Shape:
 
 
 def violations(args) -> list:
-    """The rules slime's own argument checks assert before it trains (slime/utils/arguments.py), as
-    ``(rule, message, fix)``: a run that breaks one exits at start-up having tested nothing."""
+    """The rules slime's own argument checks assert before it trains (slime/utils/arguments.py), and the benchmark's
+    fixed length, as ``(rule, message, fix)``: a run that breaks one tests nothing."""
     out = []
+    rollouts = args.get("--num-rollout")
+    if not (isinstance(rollouts, str) and rollouts.isdigit() and int(rollouts) >= MIN_ROLLOUTS):
+        out.append(("benchmark-rollouts", "--num-rollout is %r: a slime benchmark run is a fixed number of rollouts, "
+                    "at least %d (the first is warm-up and not scored)" % (rollouts, MIN_ROLLOUTS),
+                    "set --num-rollout N with N >= %d (and no --num-epoch)" % MIN_ROLLOUTS))
     if "--use-dynamic-batch-size" in args and args.get("--max-tokens-per-gpu") in (None, True):
         out.append(("dynamic-batch-size", "--use-dynamic-batch-size needs --max-tokens-per-gpu (slime asserts "
                     "max_tokens_per_gpu must be set when use_dynamic_batch_size is set)",

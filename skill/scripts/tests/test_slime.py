@@ -118,6 +118,9 @@ def test_slimes_own_start_up_asserts_are_refused_before_launch():
     made = recipe(("--balance-by-flops", True))
     found = [v.rule for v in legality.check(made.args(), made.env(), 8, "h100", trusted=recipe().args())]
     assert found == ["balance-by-flops"]
+    short = recipe(("--num-rollout", "2"))  # the benchmark's length: the first rollout is warm-up
+    assert [v.rule for v in legality.check(short.args(), short.env(), 8, "h100", trusted=recipe().args())] == [
+        "benchmark-rollouts"]
     packed = recipe(("--use-dynamic-batch-size", True, "--max-tokens-per-gpu", "9216", "--balance-by-flops", True))
     assert legality.check(packed.args(), packed.env(), 8, "h100", trusted=recipe().args()) == []
 
