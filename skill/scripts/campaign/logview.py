@@ -111,6 +111,30 @@ def _write_json(parsed: dict, chosen_lines, out: TextIO) -> None:
     out.write(json.dumps(body, indent=2, sort_keys=True, default=str)[2:] + "\n")
 
 
+def _slime_lines(parsed: dict) -> list:
+    """slime's records by kind, the two ``perf N:`` sides told apart by their keys (core/slime.py), and the train
+    side's time and throughput of each rollout kept (measurement.md §3.2 scores them)."""
+    from attune.core import slime
+    kinds = {}
+    train = []
+    for record in parsed.get("perf", ()):
+        kind = record.get("line_type")
+        if kind == "perf":
+            kind = "perf_%s" % (slime.perf_side(record.get("data") or {}) or "other")
+            if kind == "perf_train":
+                train.append(record)
+        kinds[kind] = kinds.get(kind, 0) + 1
+    if not kinds:
+        return []
+    lines = ["slime: %s" % ", ".join("%s %d" % item for item in sorted(kinds.items()))]
+    for record in train:
+        data = record["data"]
+        lines.append("slime_rollout %s: actor_train_time %s s, actor_train_tok_per_s %s, step_time %s s" % (
+            record.get("index"), data.get("perf/actor_train_time"), data.get("perf/actor_train_tok_per_s"),
+            data.get("perf/step_time")))
+    return lines
+
+
 def _text(path: Path, parsed: dict, found) -> list:
     counts, summary = parsed["counts"], parsed["summary"]
     lines = ["log: %s" % path, "format: %s" % (parsed["format"] or "unknown (no record recognised)")]
@@ -139,6 +163,7 @@ def _text(path: Path, parsed: dict, found) -> list:
             else "a step without a step time"))
     lines += ["memory_reports: %d" % counts["memory"], "timer_blocks: %d" % counts["timers"],
               "bridge_steps: %d" % counts["bridge_steps"], "slime_records: %d" % counts["perf"]]
+    lines += _slime_lines(parsed)
     lines += ["failure: %s at line %d: %s" % (f["kind"], f["line_no"], f["line"].strip()[:200])
               for f in parsed["failures"]]
     if parsed["errors"]:

@@ -212,6 +212,18 @@ def test_a_frozen_dump_trains_the_same_tokens_for_every_candidate():
     assert tokens[0] == tokens[1] == tokens[2]
 
 
+def test_attune_metrics_tells_the_two_perf_records_apart(tmp_path, capsys):
+    _code, text = simulate(recipe())
+    log = tmp_path / "log.txt"
+    log.write_text(text)
+    assert cli.main(["metrics", str(log)]) == 0
+    out = capsys.readouterr().out
+    assert "slime: perf_rollout 5, perf_train 5, step 10\n" in out
+    train = printed_perf(text, "train")
+    assert "slime_rollout 3: actor_train_time %s s, actor_train_tok_per_s %s, step_time %s s" % (
+        train[3]["perf/actor_train_time"], train[3]["perf/actor_train_tok_per_s"], train[3]["perf/step_time"]) in out
+
+
 def test_too_few_rollouts_are_not_rankable():
     made = recipe(("--num-rollout", "2"))
     _code, text = simulate(made)
