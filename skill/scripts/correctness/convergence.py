@@ -16,6 +16,11 @@ Two verdicts on the same steps (PROTOCOL.md §3-§4):
   are bitwise identical (a deterministic setup) and every change is scheduling-only, the loss must
   be reproduced exactly.
 
+A slime run has a second curve, its per-step ``train/grad_norm`` (``grad_norm_check``): a change that scales the
+gradients (a reduction that sums where it should average, a loss scaled twice) leaves an Adam-trained loss almost
+where it was and moves the gradient norm. It is judged only against the baseline's own reruns (no golden curve
+logs one to set a floor on).
+
 Every number a verdict depends on is in ``TOLERANCES``.
 """
 
@@ -60,6 +65,10 @@ TOLERANCES = {
     "calibrated.same_init.level_floor": 0.001,
     "calibrated.same_init.progress_floor": 0.0003,
     "calibrated.same_init.progress_fraction": 0.02,
+    # The gradient norm (slime's train/grad_norm): its largest relative difference from the baseline's over the
+    # window, against this multiple of its reruns' largest, and never below the loss level's floor for the same
+    # initialisation (so a deterministic rerun does not demand bitwise equality of a scheduling change).
+    "calibrated.grad_norm.rerun_multiplier": 3.0,
 }
 
 
@@ -261,4 +270,35 @@ def calibrated(steps: Sequence[int], candidate: Sequence[float], baseline: Seque
                                     stat["threshold"] * 100, stat["threshold_basis"]))
     out["passed"] = not reasons
     out["reasons"] = reasons
+    return out
+
+
+def grad_norm_check(steps: Sequence[int], candidate: Sequence[float], baseline: Sequence[float],
+                    repeats: Sequence[Sequence[float]] = (), same_init: bool = False,
+                    tolerances: dict = TOLERANCES) -> dict:
+    """The gradient-norm curve of a slime run against its baseline's, on aligned finite values: the largest
+    relative difference over the window against ``calibrated.grad_norm.rerun_multiplier`` times the largest the
+    baseline's reruns show, at least the loss level's floor. Without a rerun nothing calibrates it: ``passed`` is
+    None (reported, not deciding)."""
+    t = tolerances
+    level = level_series(candidate, baseline)
+    usable = [r for r in repeats if len(r) == len(baseline)]
+    floor = t["calibrated.same_init.level_floor" if same_init else "calibrated.level_floor"]
+    out = {"steps": [steps[0], steps[-1]], "value": max(level), "step": steps[level.index(max(level))],
+           "reruns": len(usable), "floor": floor}
+    if not usable:
+        out.update(rerun=None, threshold=None, passed=None,
+                   threshold_basis="not judged: no rerun of the baseline logs a gradient norm to calibrate it on",
+                   reasons=[])
+        return out
+    rerun = max(max(level_series(r, baseline)) for r in usable)
+    multiplier = t["calibrated.grad_norm.rerun_multiplier"]
+    out["rerun"] = rerun
+    out["threshold"] = max(floor, multiplier * rerun)
+    out["threshold_basis"] = ("floor %g" % floor if multiplier * rerun <= floor
+                              else "%g x the baseline reruns' %.3g" % (multiplier, rerun))
+    out["passed"] = out["value"] <= out["threshold"]
+    out["reasons"] = [] if out["passed"] else [
+        "gradient norm differs from the baseline's by %.3g%% at step %d, beyond the %.3g%% its reruns allow (%s)"
+        % (out["value"] * 100, out["step"], out["threshold"] * 100, out["threshold_basis"])]
     return out

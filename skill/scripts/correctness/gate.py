@@ -9,7 +9,8 @@ campaign or not. The verdict passes only when every part passes:
 2. the configuration check: every changed argument and environment variable is placement or an
    allowlisted swap (``config_check``);
 3. the convergence check: the calibrated check decides; Megatron-Bridge's verdict on the same
-   steps is reported beside it (``convergence``).
+   steps is reported beside it (``convergence``); a slime run's gradient norm is a second curve, judged against
+   the baseline's reruns.
 """
 
 from __future__ import annotations
@@ -108,7 +109,7 @@ def load_run(path, role: str = "run") -> RunDir:
         for record in slime_steps:
             data = record.get("data") or {}
             steps[record["index"] + 1] = {"loss": _loss(data.get("train/loss", data.get("train/pg_loss"))),
-                                          "skipped": 0, "nan": 0}
+                                          "skipped": 0, "nan": 0, "grad_norm": _loss(data.get("train/grad_norm"))}
     with open(log, "r", encoding="utf-8", errors="replace") as handle:
         head = handle.read(_HEAD_BYTES)
     world = _WORLD.search(head)
@@ -214,6 +215,10 @@ def run_gate(baseline_dir, candidate_dir, repeat_dirs=(), steps=None, rules: Rul
         conv["calibrated"] = calibrated
         conv["passed"] = calibrated["passed"]
         reasons += ["convergence: " + reason for reason in calibrated["reasons"]]
+        if baseline.slime:
+            conv["grad_norm"] = _grad_norm(window, baseline, candidate, repeats, calibrated["same_init"], result)
+            reasons += ["convergence: " + reason for reason in (conv["grad_norm"] or {}).get("reasons", ())]
+            conv["passed"] = conv["passed"] and (conv["grad_norm"] or {}).get("passed") is not False
         if not bridge["passed"] and calibrated["passed"]:
             result["warnings"].append("Megatron-Bridge validate_convergence alone would fail this candidate (%s); the "
                                       "calibrated check passes it (PROTOCOL.md §4.1)" % ", ".join(bridge["failed_metrics"]))
@@ -225,22 +230,46 @@ def run_gate(baseline_dir, candidate_dir, repeat_dirs=(), steps=None, rules: Rul
     return result
 
 
+def _grad_norm(window: list, baseline: RunDir, candidate: RunDir, repeats: list, same_init: bool, result: dict):
+    """The gradient-norm check of a slime run (``convergence.grad_norm_check``), or None, with a warning, where the
+    baseline or the candidate does not log a finite ``train/grad_norm`` at every compared step."""
+    def curve(run):
+        values = [run.steps[s].get("grad_norm", float("nan")) if s in run.steps else float("nan") for s in window]
+        return values if all(math.isfinite(v) for v in values) else None
+
+    base, cand = curve(baseline), curve(candidate)
+    if base is None or cand is None:
+        result["warnings"].append("the %s does not log a finite train/grad_norm at every step of %d-%d: the gradient "
+                                  "norm is not compared" % ("baseline" if base is None else "candidate", window[0],
+                                                            window[-1]))
+        return None
+    reruns = [values for values in (curve(rerun) for rerun in repeats) if values is not None]
+    checked = convergence.grad_norm_check(window, cand, base, reruns, same_init)
+    if checked["passed"] is None:
+        result["warnings"].append("gradient norm not judged: %s (PROTOCOL.md §4.4)" % checked["threshold_basis"][
+            len("not judged: "):])
+    return checked
+
+
 def _summary(result: dict) -> dict:
     """What the ledger's gate row keeps of a verdict (gate.json keeps everything)."""
     conv = result["convergence"]
     calibrated = conv.get("calibrated") or {}
-    return {"config": result["config"]["passed"], "bridge": conv["bridge"]["passed"],
-            "calibrated": calibrated.get("passed"),
-            "level": (calibrated.get("level") or {}).get("value"),
-            "progress": (calibrated.get("progress") or {}).get("value"),
-            "drift": (calibrated.get("drift") or {}).get("value"),
-            "widening": (calibrated.get("widening") or {}).get("value"),
-            "same_init": calibrated.get("same_init"),
-            "deterministic": calibrated.get("deterministic"), "exact_required": calibrated.get("exact_required"),
-            "checks": {name: check["passed"] for name, check in result["checks"].items()},
-            "changes": [{"name": c["name"], "class": c["class"]} for c in result["config"]["changes"]],
-            "overrides_used": result["config"]["overrides_used"], "rules_sha256": result["rules"]["sha256"],
-            "overrides_sha256": result["rules"]["overrides_sha256"], "steps": conv["steps"]}
+    summary = {"config": result["config"]["passed"], "bridge": conv["bridge"]["passed"],
+               "calibrated": calibrated.get("passed"),
+               "level": (calibrated.get("level") or {}).get("value"),
+               "progress": (calibrated.get("progress") or {}).get("value"),
+               "drift": (calibrated.get("drift") or {}).get("value"),
+               "widening": (calibrated.get("widening") or {}).get("value"),
+               "same_init": calibrated.get("same_init"),
+               "deterministic": calibrated.get("deterministic"), "exact_required": calibrated.get("exact_required"),
+               "checks": {name: check["passed"] for name, check in result["checks"].items()},
+               "changes": [{"name": c["name"], "class": c["class"]} for c in result["config"]["changes"]],
+               "overrides_used": result["config"]["overrides_used"], "rules_sha256": result["rules"]["sha256"],
+               "overrides_sha256": result["rules"]["overrides_sha256"], "steps": conv["steps"]}
+    if conv.get("grad_norm"):  # a slime run's second curve (only where it was compared)
+        summary["grad_norm"] = {"value": conv["grad_norm"]["value"], "passed": conv["grad_norm"]["passed"]}
+    return summary
 
 
 def campaign_inputs(rows: list, run: str, campaign_id: str) -> tuple:
@@ -313,6 +342,10 @@ def text(result: dict) -> str:
             stat = calibrated[name]
             lines.append("%s: %.4g%% (threshold %.4g%%, %s)" % (name, stat["value"] * 100, stat["threshold"] * 100,
                                                             stat["threshold_basis"]))
+    grad = conv.get("grad_norm")
+    if grad and grad.get("threshold") is not None:
+        lines.append("grad_norm: %.4g%% (threshold %.4g%%, %s)" % (grad["value"] * 100, grad["threshold"] * 100,
+                                                                grad["threshold_basis"]))
     lines += ["reason: %s" % reason for reason in result["reasons"]]
     lines += ["warning: %s" % warning for warning in result["warnings"]]
     return "\n".join(lines)

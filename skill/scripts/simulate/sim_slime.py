@@ -22,7 +22,8 @@ noise is the Megatron-LM simulator's fitted step-time model, per rollout.
 
 Faults (``ATTUNE_SIM_FAULT``): ``placement`` (the placement group is never satisfied: slime's waiting line every
 30 simulated seconds, for ever), ``sglang_oom`` (SGLang's KV-cache refusal at start-up), ``actor_died`` (a Ray
-train actor dies at rollout ``@N``). Exit codes as ``sim_megatron.py``.
+train actor dies at rollout ``@N``), ``grad_scale`` (the gradients twice what they should be: the loss as it
+was, the logged ``train/grad_norm`` doubled). Exit codes as ``sim_megatron.py``.
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ from attune.simulate import noise  # noqa: E402
 from attune.simulate.sim_megatron import (EXIT_FAILED, START, WALL_LINE, Printer, UsageError,  # noqa: E402
                                           entry, megatron_args)
 
-FAULTS = ("none", "placement", "sglang_oom", "actor_died")
+FAULTS = ("none", "placement", "sglang_oom", "actor_died", "grad_scale")
 TRAIN_ACTOR, ROLLOUT_ACTOR = "(MegatronTrainRayActor pid=%d, ip=10.0.0.1)", "(RolloutManager pid=%d, ip=10.0.0.1)"
 TRAIN_PID, ROLLOUT_PID = 4210, 4102
 # decode tokens/s of one SGLang engine on one GPU, by hardware (SIMULATED model constants, not measurements)
@@ -58,6 +59,7 @@ WARM_UP = 1.4  # the first rollout's training is this much slower (CUDA graph ca
 SHORT_MICROBATCH_TOKENS = 512.0
 PACKING = 0.98  # the share of a packed micro-batch's token budget that samples fill
 RL_LOSS, RL_DECAY = 0.02, 0.97  # the policy loss at the first step, and its fall per step (SIMULATED)
+GRAD_NORM = 0.35  # the gradient norm, moved by the same relative noise as the loss (SIMULATED)
 
 
 def _number(args: dict, flag: str, default: float) -> float:
@@ -190,6 +192,9 @@ def run(argv: list, env: dict, out: TextIO, project, config_error=(), sleep: Cal
     run_key = None if "--deterministic-mode" in args else "slime:%s" % seed
     relative = [value / (noise.initial_loss(None) * noise.loss_shape(step))
                 for step, value in enumerate(noise.losses(total_steps, level_keys, run_key, None), 1)]
+    # grad_scale: the gradients reduced with a sum where an average belongs (x the data-parallel size, here 2);
+    # Adam's update does not see a constant scale, so the loss stays where it was and only the norm shows it
+    grad_scale = 2.0 if fault == "grad_scale" else 1.0
     step_id = 0
     for rid in range(rollouts):
         samples = lengths(args, rid)
@@ -224,7 +229,8 @@ def run(argv: list, env: dict, out: TextIO, project, config_error=(), sleep: Cal
             loss = RL_LOSS * RL_DECAY ** step_id * relative[step_id]
             say(train, "model.py:649", "step %d: %r" % (step_id, {
                 "train/loss": loss, "train/pg_loss": loss * 0.9, "train/entropy_loss": 0.41,
-                "train/grad_norm": 0.35 + 0.01 * noise.Stream("slime-grad", rid, step).normal(),
+                "train/grad_norm": GRAD_NORM * (1.0 + 0.01 * noise.Stream("slime-grad", rid, step).normal())
+                * relative[step_id] * grad_scale,
                 "train/lr-pg_0": 1e-6, "train/global_batch_size": gbs, "train/step": step_id}))
             step_id += 1
         say(train, "timer.py:32", "Timer actor_train end (elapsed: %.1fs)" % actor_train)

@@ -243,11 +243,11 @@ def test_the_simulated_faults_print_what_slime_prints(fault, needle):
 
 # ---------------------------------------------------------------- the gate on frozen rollouts
 
-def run_dir(tmp_path, name, made, seed):
+def run_dir(tmp_path, name, made, seed, fault=None):
     folder = tmp_path / name
     folder.mkdir()
     (folder / "recipe.yaml").write_text(made.render())
-    code, text = simulate(made, seed=seed)
+    code, text = simulate(made, seed=seed, fault=fault)
     assert code == 0
     (folder / "log.txt").write_text(text)
     return folder
@@ -270,6 +270,35 @@ def test_the_gate_compares_the_loss_of_every_step_on_frozen_rollouts(tmp_path, c
     if change:
         classes = [item["class"] for item in result["config"]["changes"] if item["name"] == change[0]]
         assert len(classes) == 1 and classes[0] in ("numeric", "fixed"), result["config"]["changes"]
+
+
+def test_a_gradient_scaled_where_the_loss_cannot_show_it_fails_on_the_gradient_norm(tmp_path):
+    """The gradient norm is the second curve: gradients reduced with a sum where an average belongs leave an Adam
+    loss where it was (the loss check passes) and double the norm, which the baseline's reruns never show."""
+    from attune.correctness import gate
+    base = recipe(FROZEN)
+    baseline = run_dir(tmp_path, "base", base, "b1")
+    repeats = [run_dir(tmp_path, "rep%d" % n, base, "b%d" % (n + 2)) for n in range(2)]
+    healthy = gate.run_gate(baseline, run_dir(tmp_path, "ok", base, "c1"), repeats)
+    assert healthy["verdict"] == "pass", healthy["reasons"]
+    grad = healthy["convergence"]["grad_norm"]
+    assert grad["passed"] is True and grad["reruns"] == 2 and 0 < grad["value"] <= grad["threshold"]
+    scaled = gate.run_gate(baseline, run_dir(tmp_path, "bad", base, "c1", fault="grad_scale"), repeats)
+    assert scaled["convergence"]["calibrated"]["passed"] is True  # the loss cannot tell
+    assert scaled["verdict"] == "fail" and scaled["convergence"]["grad_norm"]["passed"] is False
+    assert any("gradient norm differs from the baseline's by 100" in reason for reason in scaled["reasons"])
+    assert "grad_norm: 100" in gate.text(scaled)
+
+
+def test_without_a_rerun_the_gradient_norm_is_reported_not_judged(tmp_path):
+    from attune.correctness import gate
+    base = recipe(FROZEN)
+    result = gate.run_gate(run_dir(tmp_path, "base", base, "b1"), run_dir(tmp_path, "bad", base, "c1",
+                                                                           fault="grad_scale"))
+    grad = result["convergence"]["grad_norm"]
+    assert grad["passed"] is None and grad["threshold"] is None and grad["value"] == pytest.approx(1.0, rel=0.05)
+    assert any("gradient norm not judged: no rerun" in warning for warning in result["warnings"])
+    assert gate._summary(result)["grad_norm"] == {"value": grad["value"], "passed": None}
 
 
 def test_a_whole_loop_run_is_gated_only_on_its_train_only_replay(tmp_path):
