@@ -94,9 +94,9 @@ def init(directory, settings, campaign_id: str = None, ts: str = None, note: str
     """Create a campaign: freeze its settings and write the first ledger row. Idempotent."""
     campaign = Campaign(directory)
     campaign.dir.mkdir(parents=True, exist_ok=True)
-    settings_mod.freeze(settings, campaign.dir)
-    if campaign.ledger.first_row() is None:
-        payload = {"settings_sha256": settings.sha256(), "attune_version": __version__}
+    frozen = settings_mod.freeze(settings, campaign.dir)
+    if campaign.ledger.first_row() is None:  # the frozen file's own bytes: what every later read is checked against
+        payload = {"settings_sha256": settings_mod.file_sha256(frozen), "attune_version": __version__}
         if note:
             payload["note"] = note
         campaign.ledger.append("campaign", payload,

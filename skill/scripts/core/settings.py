@@ -517,6 +517,23 @@ def freeze(settings: Settings, campaign_dir) -> Path:
     return path
 
 
+def file_sha256(path) -> str:
+    with open(path, "rb") as handle:
+        return hashlib.sha256(handle.read()).hexdigest()
+
+
+def _recorded_sha256(campaign_dir) -> Optional[str]:
+    """The ``settings_sha256`` of the campaign's first ledger row (``campaign``), None where there is none to read."""
+    import json
+    try:
+        with open(os.path.join(str(campaign_dir), "ledger.jsonl"), "rb") as handle:
+            first = json.loads(handle.readline().decode("utf-8"))
+    except (OSError, ValueError, UnicodeDecodeError):
+        return None
+    sha = first.get("settings_sha256") if isinstance(first, dict) and first.get("kind") == "campaign" else None
+    return sha if isinstance(sha, str) else None
+
+
 def for_campaign(campaign_dir, env: Mapping[str, str] = None, config_file=None) -> Settings:
     """The campaign's frozen settings when it has them, else the environment (and config file).
     A config file given is read either way, so that one it cannot read is refused, never ignored."""
@@ -530,6 +547,11 @@ def for_campaign(campaign_dir, env: Mapping[str, str] = None, config_file=None) 
             handle.seek(-1, os.SEEK_END)
             if handle.read(1) != b"\n":
                 raise SettingsError(["%s: ends mid-line, so it was cut short. %s" % (path, fix)])
+        recorded = _recorded_sha256(campaign_dir)
+        if recorded is not None and recorded != file_sha256(path):  # cut at a line's end, or edited
+            raise SettingsError(["%s: its bytes hash to %s, not the settings_sha256 %s the campaign's first ledger "
+                                 "row recorded: it was changed or cut short. %s"
+                                 % (path, file_sha256(path)[:16], recorded[:16], fix)])
         try:
             return load(values)
         except SettingsError as exc:
