@@ -48,7 +48,7 @@ from .runview import SUBMIT_FAILED
 LOG_FIELDS = ("run", "metrics", "log_sha256", "cpu", "warnings")
 # the order a result row's fields are compared in: the first difference named is the one that matters most
 RESULT_ORDER = ("run", "status", "metrics", "failure", "log_sha256", "cpu", "warnings")
-GATE_ORDER = ("run", "against", "verdict", "checks", "reasons")
+GATE_ORDER = ("run", "against", "verdict", "checks", "reasons", "replays")
 
 
 class _Text(str):
@@ -231,22 +231,23 @@ def _gate(campaign, settings, row: dict, before: list) -> Optional[Mismatch]:
     run = row["run"]
     recorded = _payload(row)
     try:
-        reference, reruns = gate_mod.campaign_inputs(before, run, campaign.id)
+        inputs = gate_mod.campaign_inputs(before, run, campaign)
     except AttuneError as exc:
         return Mismatch.of(row, "verdict", row["verdict"], _Text("no gate row"), "the ledger before it", str(exc))
     record = _gate_record(campaign.run_dir(run) / "gate.json")
-    extras = [path for path in record.get("repeats") or () if isinstance(path, str) and not _is_run_dir(path, reruns)]
+    extras = [path for path in record.get("repeats") or ()
+              if isinstance(path, str) and not _is_run_dir(path, inputs.reruns)]
     overrides = (record.get("rules") or {}).get("overrides") or getattr(settings, "gate_rules", "") or None
     steps = (recorded.get("checks") or {}).get("steps")
     steps = tuple(steps) if _is_steps(steps) else gate_mod.DEFAULT_STEPS
-    dirs = [campaign.run_dir(reference["run"]), campaign.run_dir(run)] + [campaign.run_dir(r) for r in reruns]
+    dirs = [campaign.run_dir(name) for name in (inputs.baseline, inputs.candidate) + tuple(inputs.reruns)]
     evidence = ", ".join([_relative(campaign, path) for path in dirs] + extras)
     try:
         rules = Rules(overrides=overrides)
         result = gate_mod.run_gate(dirs[0], dirs[1], dirs[2:] + extras, steps, rules)
     except AttuneError as exc:
         return Mismatch.of(row, "evidence", row["verdict"], _Text("is missing or unusable"), evidence, str(exc))
-    result["run"], result["against"] = run, reference["run"]
+    result["run"], result["against"], result["replays"] = run, inputs.against, inputs.replays
     found = _first_difference(recorded, _json(gate_mod.row_payload(result)), order=GATE_ORDER)
     if found is None:
         return None

@@ -72,6 +72,7 @@ class Plan:
     recipe_path: object
     record: dict = dataclasses.field(default_factory=dict)
     repeat_of: Optional[str] = None  # the run whose recipe it runs again (a repeat, confirmation or profile)
+    rows_sha256: Optional[str] = None  # the data it trains on, where the plan knows it (a replay's frozen dump)
 
 
 def launch_baseline(campaign: Campaign, settings, expected_gpu_hours: float = None, gpu: str = None,
@@ -120,6 +121,34 @@ def launch_repeat(campaign: Campaign, settings, source: str, confirm: bool = Fal
     purpose = "profile" if profile else "confirm" if confirm else "repeat"
     plan = Plan(purpose, source, _recipe_text(recipe_path), recipe_path,
                 {"pod_hooks": PROFILE_HOOKS} if profile else {}, repeat_of=source)
+    return _submit(campaign, settings, plan, expected_gpu_hours, gpu, pod_hooks)
+
+
+def launch_replay(campaign: Campaign, settings, source: str, rollouts, expected_gpu_hours: float = None,
+                  gpu: str = None, pod_hooks: list = None) -> dict:
+    """Launch the train-only replay of the whole-loop slime run ``source`` (purpose ``replay``, never ranked): its
+    recipe training on the frozen dump whose manifest is ``rollouts`` (``attune rows to-slime``), which is what
+    the gate compares for a whole-loop run (correctness/PROTOCOL.md §4.4). The dump's rows_sha256 is recomputed
+    from its files before anything is launched."""
+    from attune.data import rollout as rollout_mod
+    if source not in _launch_rows(campaign):
+        raise InputError("--replay-of %s: the ledger has no launch of that run" % source)
+    recipe_path = campaign.run_dir(source) / "recipe.yaml"
+    recipe = Recipe(_recipe_text(recipe_path), str(recipe_path))
+    if not slime.is_slime(recipe.command.program, recipe.args()):
+        raise InputError("--replay-of %s: not a slime run; a replay trains a slime run's recipe on frozen rollouts"
+                         % source)
+    manifest = Path(rollouts)
+    if not rollout_mod.is_manifest(manifest):
+        raise InputError("--rollouts %s: not a dump manifest. Fix: give the %s `attune rows to-slime` wrote"
+                         % (manifest, rollout_mod.MANIFEST))
+    sha, info = rollout_mod.dump_sha256(manifest)
+    if info["recorded_sha256"] and info["recorded_sha256"] != sha:
+        raise InputError("%s: its files hash to rows_sha256 %s, not the %s it records: the dump changed. Fix: write "
+                         "it again with `attune rows to-slime`" % (manifest, sha, info["recorded_sha256"]))
+    template = str(manifest.resolve().parent / ("%s.pt" % rollout_mod.TEMPLATE_KEY))
+    replayed = recipe.apply(slime.replay_changes(recipe.args(), template, info["rollouts"], sha))
+    plan = Plan(slime.REPLAY_PURPOSE, source, replayed.render(), recipe_path, repeat_of=source, rows_sha256=sha)
     return _submit(campaign, settings, plan, expected_gpu_hours, gpu, pod_hooks)
 
 
@@ -173,7 +202,7 @@ def _submit(campaign: Campaign, settings, plan: Plan, expected_gpu_hours, gpu, p
         submitted = submitted.apply([{"op": "set", "env": "ATTUNE_ROWS_PATH", "value": settings.rows_path},
                                      {"op": "set", "env": "ATTUNE_ROWS_SHA256", "value": rows}])
     fields = dict({"parent": plan.parent}, **launch_fields(record))  # a candidate's change, lever, hypothesis
-    fields.update(expected_gpu_hours=expected_gpu_hours, pod_hooks=hooks or None, rows_sha256=rows,
+    fields.update(expected_gpu_hours=expected_gpu_hours, pod_hooks=hooks or None, rows_sha256=rows or plan.rows_sha256,
                   projection=projection)
     payload.update((key, value) for key, value in fields.items() if value is not None)
     row = campaign.append("launch", **payload)

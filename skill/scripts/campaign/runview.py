@@ -155,6 +155,9 @@ def merge(rows, window=(5, 19), scores=None, runs=None) -> tuple:
                                                                  row.get("failure"))
         if run.purpose == "profile" and run.score.rankable:  # the profiler slows the steps it records
             run.score = RunScore(False, "profile run: not scored (the profiler slows the steps it records)")
+        elif run.purpose == "replay" and run.score.rankable:  # another mode's throughput: evidence for the gate
+            run.score = RunScore(False, "replay run: not scored (a whole-loop run's train-only replay is the gate's "
+                                        "evidence, not its throughput)")
         elif run.profiled and run.score.rankable:  # whatever its purpose
             run.score = RunScore(False, "launched through the profiler pod hook: not scored (the profiler slows "
                                         "the steps it records)")

@@ -103,9 +103,15 @@ def _launch_arguments(p) -> None:
                         "never ranked); set the steps with --pod-hook profiler:start=N,end=M")
     p.add_argument("--pod-hook", action="append", metavar="NAME[:KEY=VALUE,...]",
                    help="also run this launch through an in-pod hook (scripts/pod_hooks/README.md); repeatable")
+    p.add_argument("--replay-of", metavar="RUN",
+                   help="launch the train-only replay of the whole-loop slime run RUN on the frozen rollouts of "
+                        "--rollouts (purpose replay, never ranked): what the gate compares for a whole-loop run")
+    p.add_argument("--rollouts", metavar="FILE",
+                   help="with --replay-of: the attune_dump.json that `attune rows to-slime` wrote")
 
 
-@verb("launch", "launch a candidate (RUN), the baseline (--baseline) or a repeat (--repeat-of RUN [--confirm]); "
+@verb("launch", "launch a candidate (RUN), the baseline (--baseline), a repeat (--repeat-of RUN [--confirm]) or a "
+                "slime run's train-only replay (--replay-of RUN --rollouts MANIFEST); "
                 "the launch row is written first, and a launch that does not fit the budget is refused",
                 arguments=_launch_arguments)
 def cmd_launch(args) -> int:
@@ -113,14 +119,19 @@ def cmd_launch(args) -> int:
     campaign = campaign_mod.Campaign(campaign_dir(args))
     settings = campaign_settings(args, campaign)
     given = [name for name, value in (("RUN", args.run), ("--baseline", args.baseline), ("--repeat-of", args.repeat_of),
-                                       ("--profile-of", args.profile_of)) if value]
+                                       ("--profile-of", args.profile_of), ("--replay-of", args.replay_of)) if value]
     if len(given) != 1:
-        raise InputError("give exactly one of RUN, --baseline, --repeat-of RUN or --profile-of RUN (given: %s)"
-                         % (", ".join(given) or "none"))
+        raise InputError("give exactly one of RUN, --baseline, --repeat-of RUN, --profile-of RUN or --replay-of RUN "
+                         "(given: %s)" % (", ".join(given) or "none"))
     if args.confirm and not args.repeat_of:
         raise InputError("--confirm is the paired confirmation of a candidate: give it with --repeat-of RUN")
+    if bool(args.rollouts) != bool(args.replay_of):
+        raise InputError("--replay-of RUN and --rollouts FILE go together: a replay trains RUN's recipe on the "
+                         "frozen rollouts of the dump manifest FILE (`attune rows to-slime` writes it)")
     common = dict(expected_gpu_hours=args.expected_gpu_hours, gpu=args.gpu, pod_hooks=podhooks.parse(args.pod_hook))
-    if args.baseline:
+    if args.replay_of:
+        row = runs_mod.launch_replay(campaign, settings, args.replay_of, args.rollouts, **common)
+    elif args.baseline:
         row = runs_mod.launch_baseline(campaign, settings, **common)
     elif args.run:
         row = runs_mod.launch_candidate(campaign, settings, args.run, **common)

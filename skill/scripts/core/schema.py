@@ -12,7 +12,7 @@ the strings ``"nan"``, ``"inf"`` and ``"-inf"``, because strict JSON has no such
 
 from __future__ import annotations
 
-LAUNCH_PURPOSES = ("baseline", "candidate", "repeat", "confirm", "profile")
+LAUNCH_PURPOSES = ("baseline", "candidate", "repeat", "confirm", "profile", "replay")
 RESULT_STATUSES = ("finished", "failed", "timeout", "cancelled", "incomplete")
 
 # kind -> (required fields, optional fields); each maps field -> type.
@@ -39,7 +39,7 @@ LEDGER_KINDS = {
     ),
     "gate": (
         {"run": "str", "verdict": "enum:pass|fail", "against": "str"},
-        {"checks": "object", "reasons": "list[str]"},
+        {"checks": "object", "reasons": "list[str]", "replays": "object"},
     ),
     "leader": (
         {"run": "str", "recipe_sha256": "str", "tokens_per_s_per_gpu": "number", "band": "number"},

@@ -13,6 +13,10 @@ arguments (``--rollout-batch-size``, ``--actor-num-gpus-per-node``, ...). Its mo
   every GPU of the placement group (slime/ray/placement_group.py: colocated, the larger of the actor's and the
   rollout's; otherwise their sum). The rollout side's ``perf/tokens_per_gpu_per_sec`` is kept beside it.
 
+A whole-loop run is gated on its *train-only replay* (``replay_changes``; correctness/PROTOCOL.md §4.4): its recipe
+again, training on one frozen dump of rollouts with no SGLang, so that candidate and baseline train on identical
+inputs.
+
 The two ``perf N:`` records are told apart by their keys (``perf_side``); Ray's worker prefix is stripped by the
 line parser. The scoring window is every rollout but the first (warm-up: CUDA graph capture, the first weight
 update, allocator growth), so a run needs at least ``MIN_ROLLOUTS``.
@@ -170,3 +174,36 @@ def _loss(value):
         return value.lower() if value.lower() in ("nan", "inf", "-inf") else None
     value = _number(value)
     return None if value is None else encode_float(value)
+
+
+SAVE_FLAG = "--save-debug-rollout-data"
+REPLAY_PURPOSE = "replay"
+
+
+def replay_changes(args, dump_template: str, rollouts, rows_sha256: str) -> list:
+    """The recipe changes that turn a whole-loop run of ``args`` into its train-only replay on the frozen dump
+    ``dump_template`` (``.../{rollout_id}.pt``, as ``attune rows to-slime`` writes it) holding ``rollouts``: load the
+    dump, train only, save nothing, and carry the dump's rows_sha256 (the gate's data check compares it). Refused
+    (``InputError``) for a run that is not a whole-loop one, or when the dump lacks a rollout the run trains."""
+    shape = shape_of(args)
+    if shape.mode != "whole_loop":
+        raise InputError("the run trains on frozen rollouts already (%s): it is its own replay. Fix: replay a "
+                         "whole-loop run" % ", ".join(flag for flag in TRAIN_ONLY_FLAGS if flag in args))
+    start = _int(args, "--start-rollout-id", 0)
+    wanted = set(range(start, start + (shape.num_rollout or 0)))
+    missing = sorted(wanted - set(rollouts))
+    if missing:
+        raise InputError("the dump holds rollouts %s; the run trains rollouts %d-%d (--start-rollout-id, "
+                         "--num-rollout), so %s would be missing. Fix: freeze the rollouts of a run of the same "
+                         "length (its %s)" % (_ids(sorted(rollouts)), start, start + len(wanted) - 1, _ids(missing),
+                                              SAVE_FLAG))
+    changes = [{"op": "set", "arg": "--load-debug-rollout-data", "value": dump_template},
+               {"op": "set", "arg": "--debug-train-only", "value": True},
+               {"op": "set", "env": "ATTUNE_ROWS_SHA256", "value": rows_sha256}]
+    if SAVE_FLAG in args:
+        changes.insert(0, {"op": "unset", "arg": SAVE_FLAG})
+    return changes
+
+
+def _ids(ids) -> str:
+    return ", ".join(str(i) for i in ids[:8]) + (" and %d more" % (len(ids) - 8) if len(ids) > 8 else "")

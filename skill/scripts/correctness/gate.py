@@ -272,36 +272,89 @@ def _summary(result: dict) -> dict:
     return summary
 
 
-def campaign_inputs(rows: list, run: str, campaign_id: str) -> tuple:
+@dataclasses.dataclass(frozen=True)
+class Inputs:
+    """What a campaign's gate of ``run`` compares: ``against`` is the reference baseline run (the gate row's
+    ``against``); ``baseline``, ``candidate`` and ``reruns`` are the runs whose directories are compared, the same
+    runs or, for a whole-loop slime campaign, their train-only replays (``replays`` then names them)."""
+    against: str
+    baseline: str
+    candidate: str
+    reruns: tuple
+    replays: Optional[dict] = None
+
+
+def campaign_inputs(rows: list, run: str, campaign) -> Inputs:
     """What a campaign's gate of ``run`` compares, from the ledger ``rows`` as they stood when it was gated: the
-    reference (the launch row of the earliest finished baseline run) and the runs of the reference's recipe that
-    are its reruns (the other finished runs of that recipe, in launch order)."""
+    reference (the earliest finished baseline run) and the runs of the reference's recipe that are its reruns
+    (the other finished runs of that recipe, in launch order). In a whole-loop slime campaign each run is
+    represented by its first finished train-only replay on the reference replay's dump (PROTOCOL.md §4.4)."""
     from attune.core.errors import CheckFailed
 
     launches = {row["run"]: row for row in rows if row["kind"] == "launch"}
     finished = {row["run"] for row in rows if row["kind"] == "result" and row["status"] == "finished"}
     if run not in launches:
         raise InputError("run %s was never launched in campaign %s. Fix: `attune status` lists its runs"
-                         % (run, campaign_id))
+                         % (run, campaign.id))
+    if launches[run]["purpose"] == slime.REPLAY_PURPOSE:
+        raise InputError("run %s is the train-only replay of run %s: gate the run it replays (`attune gate --run %s`), "
+                         "which compares this replay" % (run, launches[run].get("parent"), launches[run].get("parent")))
     if run not in finished:
         raise CheckFailed("run %s has no finished result: finalize it first (a failed run cannot pass the gate)" % run)
-    baselines = sorted((row for row in launches.values() if row["purpose"] == "baseline" and row["run"] in finished),
-                       key=lambda row: (row["ts"], row["run"]))
+    ordered = sorted(launches.values(), key=lambda row: (row["ts"], row["run"]))
+    baselines = [row for row in ordered if row["purpose"] == "baseline" and row["run"] in finished]
     if not baselines:
         raise CheckFailed("campaign %s has no finished baseline run to gate against. Fix: launch and finalize the "
-                          "baseline first" % campaign_id)
+                          "baseline first" % campaign.id)
     reference = baselines[0]
-    reruns = [row["run"] for row in sorted(launches.values(), key=lambda row: (row["ts"], row["run"]))
-              if row["recipe_sha256"] == reference["recipe_sha256"] and row["run"] in finished
-              and row["run"] not in (reference["run"], run)]
-    return reference, reruns
+    reruns = tuple(row["run"] for row in ordered if row["recipe_sha256"] == reference["recipe_sha256"]
+                   and row["run"] in finished and row["run"] not in (reference["run"], run))
+    if not _whole_loop(campaign.run_dir(reference["run"])):
+        return Inputs(reference["run"], reference["run"], run, reruns)
+    replays = [row for row in ordered if row["purpose"] == slime.REPLAY_PURPOSE and row["run"] in finished]
+
+    def first_replay(of, sha=None):
+        return next((row for row in replays if row.get("parent") == of
+                     and (sha is None or row.get("rows_sha256") == sha)), None)
+
+    base = first_replay(reference["run"])
+    fix = ("Fix: freeze the baseline's rollouts (its --save-debug-rollout-data files: `attune rows from-slime`, then "
+           "`attune rows to-slime`), then `attune launch --replay-of RUN --rollouts MANIFEST` for %s and finalize it")
+    if base is None:
+        raise CheckFailed("run %s is a whole-loop slime run: it is gated on its train-only replay against the "
+                          "baseline's, and baseline run %s has no finished replay. %s"
+                          % (run, reference["run"], fix % ("%s and %s" % (reference["run"], run))))
+    own = first_replay(run, base.get("rows_sha256"))
+    if own is None:
+        raise CheckFailed("run %s is a whole-loop slime run: it is gated on its train-only replay on the rollouts the "
+                          "baseline's replay %s trained (rows_sha256 %s), and it has no finished one. %s"
+                          % (run, base["run"], (base.get("rows_sha256") or "none")[:16], fix % run))
+    recipe_of = {row["run"]: row["recipe_sha256"] for row in ordered}
+    rerun_replays = tuple(row["run"] for row in replays if row["run"] not in (base["run"], own["run"])
+                          and row.get("rows_sha256") == base.get("rows_sha256")
+                          and recipe_of.get(row.get("parent")) == reference["recipe_sha256"] and row["parent"] != run)
+    return Inputs(reference["run"], base["run"], own["run"], rerun_replays,
+                  {"baseline": base["run"], "candidate": own["run"], "reruns": list(rerun_replays)})
+
+
+def _whole_loop(run_dir: Path) -> bool:
+    """Whether the run in ``run_dir`` is a slime run of the whole loop (by its recipe)."""
+    path = run_dir / "recipe.yaml"
+    if not path.is_file():
+        return False
+    recipe = Recipe.load(path)
+    args = recipe.args()
+    return slime.is_slime(recipe.command.program, args) and slime.shape_of(args).mode == "whole_loop"
 
 
 def row_payload(result: dict) -> dict:
     """The ``gate`` ledger row's payload for a campaign's verdict (``result`` from ``run_gate`` with its ``run`` and
     ``against``): what ``gate_campaign_run`` records and ``attune verify --replay`` derives again."""
-    return {"run": result["run"], "verdict": result["verdict"], "against": result["against"],
-            "checks": _summary(result), "reasons": result["reasons"]}
+    payload = {"run": result["run"], "verdict": result["verdict"], "against": result["against"],
+               "checks": _summary(result), "reasons": result["reasons"]}
+    if result.get("replays"):  # a whole-loop slime run: the replays compared in its place
+        payload["replays"] = result["replays"]
+    return payload
 
 
 def gate_campaign_run(campaign, settings, run: str, extra_repeats=(), steps=None, rules_file=None) -> dict:
@@ -309,11 +362,13 @@ def gate_campaign_run(campaign, settings, run: str, extra_repeats=(), steps=None
     ``gate`` ledger row. The reference is the earliest finished baseline run; the other finished runs
     of the baseline's recipe are its reruns."""
 
-    reference, reruns = campaign_inputs(campaign.ledger.rows(), run, campaign.id)
+    inputs = campaign_inputs(campaign.ledger.rows(), run, campaign)
     rules = Rules(overrides=rules_file or getattr(settings, "gate_rules", "") or None)
-    result = run_gate(campaign.run_dir(reference["run"]), campaign.run_dir(run),
-                      [campaign.run_dir(r) for r in reruns] + list(extra_repeats), steps, rules)
-    result["run"], result["against"] = run, reference["run"]
+    result = run_gate(campaign.run_dir(inputs.baseline), campaign.run_dir(inputs.candidate),
+                      [campaign.run_dir(r) for r in inputs.reruns] + list(extra_repeats), steps, rules)
+    result["run"], result["against"] = run, inputs.against
+    if inputs.replays:
+        result["replays"] = inputs.replays
     files.atomic_write(campaign.run_dir(run) / "gate.json",
                        (json.dumps(result, indent=2, sort_keys=True, default=str) + "\n").encode("utf-8"))
     row = campaign.append("gate", **row_payload(result))

@@ -150,6 +150,7 @@ def write(path, batches, meta: dict, compression: str = "zstd", row_group_size: 
     hasher = Hasher(seq, samples)
     path = Path(path)
     tmp = path.with_name(path.name + ".tmp")
+    path.parent.mkdir(parents=True, exist_ok=True)  # a new folder for the rows, as `rows to-slime` makes its own
     with pq.ParquetWriter(str(tmp), schema, compression=compression) as writer:
         for batch in batches:
             n, ids, mask, doc_offsets, doc_values = batch[:5]

@@ -10,7 +10,9 @@ loop only) ``perf N: {...}`` with ``perf/rollout_time`` and ``perf/tokens_per_gp
 the timers, one ``step N: {...}`` per optimizer step (``train/loss``, ``train/pg_loss``, ``train/grad_norm``, ...)
 and ``perf N: {...}`` with ``perf/actor_train_time``, ``perf/actor_train_tok_per_s``, ``perf/step_time`` and the
 rest, each under its Ray worker's prefix and slime's logger prefix, as Python ``repr`` dicts. Every line starts
-``SIMULATED``.
+``SIMULATED``. With ``--save-debug-rollout-data`` a whole-loop run writes each rollout's samples as slime does
+(``torch.save``; SIMULATED token ids), and a train-only run whose ``--load-debug-rollout-data`` files exist trains
+their samples' lengths.
 
 The training side's time comes from the throughput projection (``projection.api.project``) of the Megatron-LM
 layout on the actor's GPUs, applied to the tokens each rollout trains (prompt and response lengths drawn from a
@@ -85,8 +87,14 @@ def _fault(env: dict):
 
 
 def lengths(args: dict, rollout: int) -> list:
-    """Prompt plus response tokens of each sample of ``rollout``, from a stream keyed on the data (the frozen dump
-    or the prompt set): the same for every candidate."""
+    """Prompt plus response tokens of each sample of ``rollout``: read from the frozen dump where its file exists
+    (``--load-debug-rollout-data``, e.g. one this simulator saved), else drawn from a stream keyed on the data (the
+    dump's name or the prompt set); the same for every candidate either way."""
+    dumped = _dump_file(args.get("--load-debug-rollout-data"), rollout)
+    if dumped is not None and dumped.is_file():
+        from attune.data import rollout as rollout_mod
+        data, _ = rollout_mod.read_dump(dumped)
+        return [len(sample["tokens"]) for sample in data["samples"]]
     data = str(args.get("--load-debug-rollout-data") or args.get("--prompt-data") or "data")
     samples = int(_number(args, "--rollout-batch-size", 8.0) * _number(args, "--n-samples-per-prompt", 1.0))
     longest = int(_number(args, "--rollout-max-response-len", 1024.0))
@@ -96,6 +104,33 @@ def lengths(args: dict, rollout: int) -> list:
         response = int(min(longest, max(16.0, 0.45 * longest * math.exp(0.6 * stream.normal()))))
         out.append(PROMPT_TOKENS + response)
     return out
+
+
+def _dump_file(template, rollout: int) -> Optional[Path]:
+    if not isinstance(template, str) or not template:
+        return None
+    return Path(template.replace("{rollout_id}", str(rollout)))
+
+
+def save_rollout(template: str, rollout: int, samples: list, per_prompt: int, seed: str) -> None:
+    """Write ``rollout``'s samples as slime's ``--save-debug-rollout-data`` does (``torch.save`` of
+    ``{"rollout_id", "samples": [Sample.to_dict()...]}``): token ids drawn for the lengths, the prompt's first
+    ``PROMPT_TOKENS``, a reward per sample. SIMULATED content, slime's format."""
+    try:
+        import torch
+    except ImportError:
+        raise UsageError("--save-debug-rollout-data: the simulator writes slime's dumps with torch.save, and torch "
+                         "is not installed. Fix: pip install torch (the pod extra)")
+    import numpy as np
+    rng = np.random.default_rng(list(("%s|%d" % (seed, rollout)).encode("utf-8")))
+    out = []
+    for index, total in enumerate(samples):
+        out.append({"index": index, "group_index": index // max(1, per_prompt), "tokens": rng.integers(
+            0, 32000, size=total).tolist(), "response_length": total - PROMPT_TOKENS, "loss_mask": None,
+            "reward": float(rng.integers(0, 2)), "status": "completed"})
+    path = _dump_file(template, rollout)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    torch.save({"rollout_id": rollout, "samples": out}, str(path))
 
 
 def _utilization(tokens: float) -> float:
@@ -213,6 +248,9 @@ def run(argv: list, env: dict, out: TextIO, project, config_error=(), sleep: Cal
                 "perf/tokens_per_gpu_per_sec": response / rollout_time / rollout_gpus,
                 "perf/longest_sample_tokens_per_sec": (max(samples) - PROMPT_TOKENS) / rollout_time}))
             wait = rollout_time + 0.4
+            if slime.SAVE_FLAG in args:
+                save_rollout(str(args[slime.SAVE_FLAG]), rid, samples, int(_number(args, "--n-samples-per-prompt",
+                                                                                 1.0)), str(args.get("--prompt-data")))
         else:
             wait = 0.3
         say(train, "timer.py:24", "Timer train_wait start")

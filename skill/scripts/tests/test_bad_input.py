@@ -180,6 +180,21 @@ def _manifest(tmp, data, files):
     return ["rows", "sha", folder / "attune_dump.json"], folder / "attune_dump.json"
 
 
+def _replay(tmp, data, files):
+    """A campaign whose first run is a whole-loop slime run of the simulator, and a copy of a dump folder with its
+    manifest replaced: ``launch --replay-of`` that run on it."""
+    folder = shutil.copytree(Path(files["manifest"]).parent, tmp / "dump")
+    (folder / "attune_dump.json").write_bytes(data)
+    b = Builder(tmp / "c", make_settings(ATTUNE_RUN_PREFIX="alice-x-"), campaign_id="alice-x")
+    b.launch("r001", "baseline", "slime")
+    recipe = (SCRIPTS / "simulate" / "recipes" / "qwen3_4b_grpo_h100x8.yaml").read_text().format(
+        python=sys.executable, sim=SCRIPTS / "simulate" / "sim_slime.py")
+    (b.campaign.run_dir("r001") / "recipe.yaml").write_text(recipe.replace(
+        "--num-rollout 5 --rollout-batch-size 32", "--num-rollout 1 --rollout-batch-size 2"))
+    return (["launch", "--campaign", b.campaign.dir, "--replay-of", "r001", "--rollouts",
+             folder / "attune_dump.json", "--expected-gpu-hours", "0.1"], folder / "attune_dump.json")
+
+
 def _file(key):
     return lambda files: Path(files[key]).read_bytes()
 
@@ -270,6 +285,8 @@ CASES = [
     Case("rows-from-slime", "rows", "file", _file("dump"), _file("rows"),
          _at("0.pt", lambda path, tmp, files: ["rows", "from-slime", path, "--out", tmp / "out.parquet"]),
          text=False, needs=("slime",)),
+    Case("launch-rollouts", "launch", "rollouts", _file("manifest"), lambda f: b'{"run": "r004", "parent": "r001"}\n',
+         _replay, needs=("slime",)),
     Case("rows-to-slime", "rows", "file", _file("slime_rows"), _file("rows"),
          _at("rows.parquet", lambda path, tmp, files: ["rows", "to-slime", path, "--out", tmp / "dump"]),
          text=False, needs=("slime",)),
