@@ -20,9 +20,13 @@ MODELS = {
     "qwen3-30b-a3b": ("qwen3_30b_a3b_h100x16.yaml", 60.0, "Qwen3-30B-A3B (MoE) pretraining on 16 simulated H100s"),
     "qwen3-4b-grpo": ("qwen3_4b_grpo_h100x8.yaml", 4.0,
                       "slime GRPO of Qwen3-4B on 8 simulated H100s, train-only on frozen rollouts"),
+    "qwen3-4b-grpo-loop": ("qwen3_4b_grpo_h100x8.yaml", 24.0,
+                           "slime GRPO of Qwen3-4B on 8 simulated H100s, the whole loop (rollout and training), "
+                           "gated on train-only replays"),
 }
 # the programs that stand in for the stack's: slime's train.py for a slime recipe, else Megatron-LM's pretrain_gpt.py
-SLIME_DEMOS = ("qwen3-4b-grpo",)
+SLIME_DEMOS = ("qwen3-4b-grpo", "qwen3-4b-grpo-loop")
+WHOLE_LOOP_DEMOS = ("qwen3-4b-grpo-loop",)
 FROZEN_ROLLOUTS = "/shared/rollouts/qwen3_4b_{rollout_id}.pt"  # a key for the simulator: no dump is read
 
 
@@ -56,7 +60,10 @@ def prepare(directory: Path, model: str = "llama3-70b", budget_gpuh: float = Non
     text = (SIMULATE / "recipes" / template).read_text(encoding="utf-8")
     program = SIMULATE / ("sim_slime.py" if model in SLIME_DEMOS else "sim_megatron.py")
     text = text.format(python=sys.executable, sim=program)
-    if model in SLIME_DEMOS:  # train-only: every candidate trains on the same (frozen) rollouts
+    if model in WHOLE_LOOP_DEMOS:  # the whole loop saves its rollouts, which the gate's replays train on
+        text = text.replace("--num-rollout 5 ", "--num-rollout 5 --save-debug-rollout-data %s "
+                            % (directory / "saved-rollouts" / "{rollout_id}.pt"), 1)
+    elif model in SLIME_DEMOS:  # train-only: every candidate trains on the same (frozen) rollouts
         text = text.replace("--num-rollout 5 ", "--num-rollout 5 --load-debug-rollout-data %s " % FROZEN_ROLLOUTS, 1)
     baseline.write_text(text, encoding="utf-8")
     lines = ["# The ATTUNE demo: %s. SIMULATED: no GPU is used." % what,

@@ -3,7 +3,7 @@
 #   [--session ID] [--prepare] [--config config.env] [--agent-command CMD]
 # The real demo: harness/launch_campaign.sh --demo-real [campaign_dir] [--demo-budget GPUH] (Megatron-LM's own
 #   pretrain_gpt.py on this host's CPU; needs ATTUNE_MEGATRON_DIR, ATTUNE_MEGATRON_ARCHIVE or ATTUNE_CORPUS_DIR).
-# The demo: harness/launch_campaign.sh --demo [campaign_dir] [--demo-model llama3-70b|qwen3-30b-a3b|qwen3-4b-grpo]
+# The demo: harness/launch_campaign.sh --demo [campaign_dir] [--demo-model llama3-70b|qwen3-30b-a3b|qwen3-4b-grpo|qwen3-4b-grpo-loop]
 #   [--demo-budget GPUH] (a whole SIMULATED campaign on this machine, in a new temporary directory
 #   when none is given; installs what it needs into .venv first).
 # harness/launch_campaign.sh --help lists every option of both.

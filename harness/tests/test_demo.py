@@ -89,6 +89,35 @@ def test_the_slime_demo_ships_a_gated_recipe_with_an_interval_on_its_gain(tmp_pa
     assert cli.main(["verify", "--replay", "--campaign", str(directory)]) == 0
 
 
+def test_the_whole_loop_slime_demo_gates_its_candidates_on_train_only_replays(tmp_path):
+    """``--demo-model qwen3-4b-grpo-loop``: the whole loop (rollout and training), SIMULATED. The baseline saves its
+    rollouts; the planner freezes them, launches the baseline's and each gated candidate's train-only replay
+    (purpose replay, charged, never ranked), and the gate compares those; the ledger re-derives."""
+    directory = tmp_path / "loop"
+    proc = run_demo(directory, "--demo-model", "qwen3-4b-grpo-loop", "--demo-budget", "12")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    snap = snapshot_mod.take(directory)
+    rows = snap.campaign.ledger.rows()
+    launches = {row["run"]: row for row in rows if row["kind"] == "launch"}
+    gates = [row for row in rows if row["kind"] == "gate"]
+    assert gates and all(row.get("replays") for row in gates), gates
+    for row in gates:
+        replays = row["replays"]
+        assert launches[replays["candidate"]]["purpose"] == "replay" == launches[replays["baseline"]]["purpose"]
+        assert launches[replays["candidate"]]["parent"] == row["run"]
+        assert launches[replays["baseline"]]["parent"] == row["against"] and replays["reruns"]
+    assert any(row["verdict"] == "pass" for row in gates)
+    assert all(not run.score.rankable for run in snap.ranking.runs if run.purpose == "replay")
+    assert all(run.simulated for run in snap.ranking.runs) and integrity.verify(str(directory)) == []
+    summary = json.loads((directory / "past_tuning_project.json").read_text())
+    assert summary["model"]["slime_mode"] == "whole_loop"
+    assert all(item["lever"] for item in summary["rejected"] + summary["kept"])  # no replay is a lever tried
+    rejected = (directory / "REPORT.md").read_text().split("## Rejected levers")[1].split("\n## ")[0]
+    assert not [run for run, row in launches.items() if row["purpose"] == "replay" and "| %s |" % run in rejected]
+    from attune import cli
+    assert cli.main(["verify", "--replay", "--campaign", str(directory)]) == 0
+
+
 def test_the_demo_never_writes_into_a_directory_that_is_not_its_own(tmp_path):
     (tmp_path / "mine.txt").write_text("keep me")
     proc = run_demo(tmp_path)

@@ -73,7 +73,7 @@ def build(snapshot, shipped: bool) -> dict:
                      "gain": gain_dict(ranking.compare(lead, base)), "band": ranking.band}
                     if shipped and lead is not None else None),
         "kept": [_lever(ranking, recipe) for recipe in kept],
-        "rejected": [_lever(ranking, recipe) for recipe in rejected if not recipe.is_baseline],
+        "rejected": [_lever(ranking, recipe) for recipe in rejected if not recipe.is_baseline and not recipe.replay],
         "gpu_hours_spent": snapshot.budget.gpu_hours_spent,
         "simulated": any(run.simulated for run in ranking.runs),
         "cpu": any(run.cpu for run in ranking.runs),

@@ -56,6 +56,8 @@ class RecipeView(object):
         ran = [run for run in runs if not run.never_ran] or runs
         originals = [run for run in ran if run.purpose in ("baseline", "candidate")] or ran
         self.first = originals[0]  # the run that introduced the recipe
+        # a whole-loop run's train-only replays (purpose replay): the gate's evidence, not a recipe tried
+        self.replay = all(run.purpose == "replay" for run in runs)
         verdicts = {run.gate for run in runs if run.gate}
         self.gate = "fail" if "fail" in verdicts else ("pass" if "pass" in verdicts else None)
         self.simulated = any(run.simulated for run in runs)

@@ -116,7 +116,7 @@ def render(snapshot: Snapshot, checks: list, shipped: bool, payback: Optional[fl
     out += leave_one_out_lines(snapshot, lead)
     out += ["## Rejected levers", ""]
     kept = {recipe.sha for recipe in ranking.lineage(lead)} if lead is not None else set()
-    rejected = [recipe for recipe in ranking.recipes.values() if recipe.sha not in kept]
+    rejected = [recipe for recipe in ranking.recipes.values() if recipe.sha not in kept and not recipe.replay]
     if not rejected:
         out.append("None.")
     else:

@@ -43,6 +43,7 @@ SCRIPTS = HERE.parent
 if str(SCRIPTS) not in sys.path:
     sys.path.insert(0, str(SCRIPTS))
 
+from attune.core import slime  # noqa: E402
 from attune.planner import policy, progress, space as space_mod  # noqa: E402
 from attune.planner.history import History, canon, describe  # noqa: E402
 from attune.planner.notes import Notes, fmt, layout_of, now, pct  # noqa: E402
@@ -208,6 +209,7 @@ class Planner(VerbRunner, Notes, History):
             run = self.launch("--baseline", status=status)
             self.follow(run)
         elif action.kind == "gate":
+            self.replays(action.run)
             code, data, _out, err = self.verb("gate", "--run", action.run, "--json")
             if code not in (0, 1):
                 raise PlannerError("gate %s: %s" % (action.run, err.strip()))
@@ -226,6 +228,37 @@ class Planner(VerbRunner, Notes, History):
             self.candidate(action, status, state)
         else:
             raise PlannerError("unknown action %r" % action.kind)
+
+    def replays(self, run: str) -> None:
+        """Before gating a run of a whole-loop slime campaign: the train-only replays the gate compares in its place
+        (correctness/PROTOCOL.md §4.4), on the rollouts the baseline saved, frozen once into ``scratch/rollouts``:
+        the baseline's two (the reference and a rerun) and the run's own. Nothing for any other campaign."""
+        rows = self.ledger()
+        launches = [row for row in rows if row.get("kind") == "launch"]
+        base = next((row["run"] for row in launches if row.get("purpose") == "baseline"), None)
+        if base is None:
+            return
+        recipe = space_mod.as_recipe(self.recipe_text(base))
+        args = recipe.args()
+        if not slime.is_slime(recipe.command.program, args) or slime.shape_of(args).mode != "whole_loop":
+            return
+        template = args.get(slime.SAVE_FLAG)
+        if not isinstance(template, str):
+            raise PlannerError("the whole-loop baseline %s saves no rollouts (%s): the gate judges a whole-loop run "
+                               "on train-only replays of frozen rollouts, so no candidate can be gated"
+                               % (base, slime.SAVE_FLAG))
+        folder = self.dir / "scratch" / "rollouts"
+        manifest = folder / "dump" / "attune_dump.json"
+        if not manifest.is_file():
+            self.event("freeze", run=base, why="a whole-loop run is gated on train-only replays of frozen rollouts")
+            self.must("rows", "from-slime", template, "--out", folder / "rollouts.parquet", "--json")
+            self.must("rows", "to-slime", folder / "rollouts.parquet", "--out", folder / "dump", "--json")
+        finished = {row["run"] for row in rows if row.get("kind") == "result" and row.get("status") == "finished"}
+        replayed = [row.get("parent") for row in launches if row.get("purpose") == slime.REPLAY_PURPOSE
+                    and row["run"] in finished]
+        for source in [base] * max(0, 2 - replayed.count(base)) + ([run] if run not in replayed else []):
+            self.event("replay", run=source, why="the gate compares its train-only replay")
+            self.follow(self.launch("--replay-of", source, "--rollouts", manifest))  # with the budget as it is now
 
     def candidate(self, action: policy.Action, status: dict, state: policy.State) -> None:
         alt = action.alternative
