@@ -320,14 +320,33 @@ def _gen_dynamic_batch(ctx):
     return out
 
 
+def _gen_log_probs_budget(ctx):
+    """A token budget of their own for the forward-only log-prob passes (actor and reference), which hold no
+    gradients: where dynamic batching packs the training micro-batches, twice and four times the training's. The
+    whole loop only: a train-only score times the actor's training alone (measurement.md §3.2)."""
+    if ctx.slime is None or ctx.slime.mode != "whole_loop" or not ctx.has("--use-dynamic-batch-size"):
+        return []
+    train = as_int(ctx.args, "--max-tokens-per-gpu", 0)
+    current = ctx.args.get("--log-probs-max-tokens-per-gpu")
+    out = [("log-probs-max-tokens-per-gpu=%d" % (train * k), [("--set", "log-probs-max-tokens-per-gpu=%d" % (train * k))])
+           for k in (2, 4) if train and str(train * k) != current]
+    if current is not None:
+        out.append(("log-probs-max-tokens-per-gpu=off", [("--unset", "log-probs-max-tokens-per-gpu")]))
+    return out
+
+
 def _gen_engine_tp(ctx):
-    """The GPUs of each SGLang rollout engine (its TP): only where the run generates (the whole loop)."""
+    """The GPUs of each SGLang rollout engine (its TP), and its CUDA graphs where the recipe turned them off: only
+    where the run generates (the whole loop)."""
     if ctx.slime is None or ctx.slime.mode != "whole_loop":
         return []
     rollout = ctx.slime.placement_gpus if ctx.slime.colocate else ctx.slime.placement_gpus - ctx.slime.actor_gpus
     current = as_int(ctx.args, "--rollout-num-gpus-per-engine", 1)
-    return [("rollout-num-gpus-per-engine=%d" % n, [("--set", "rollout-num-gpus-per-engine=%d" % n)])
-            for n in ENGINE_GPUS if n != current and rollout > 0 and rollout % n == 0]
+    out = [("rollout-num-gpus-per-engine=%d" % n, [("--set", "rollout-num-gpus-per-engine=%d" % n)])
+           for n in ENGINE_GPUS if n != current and rollout > 0 and rollout % n == 0]
+    if ctx.has("--sglang-disable-cuda-graph"):  # decode without CUDA graphs pays a launch per kernel per token
+        out.insert(0, ("sglang-cuda-graph=on", [("--unset", "sglang-disable-cuda-graph")]))
+    return out
 
 
 def _gen_mem_fraction(ctx):
@@ -381,6 +400,7 @@ GENERATORS = {
     "avoid-record-streams": lambda ctx: _env_values(ctx, "TORCH_NCCL_AVOID_RECORD_STREAMS", ("1",)),
     "dynamic-batch-size": _gen_dynamic_batch,
     "rollout-engine-tp": _gen_engine_tp,
+    "log-probs-max-tokens": _gen_log_probs_budget,
     "sglang-mem-fraction": _gen_mem_fraction,
     "slime-offload": _gen_offload,
 }

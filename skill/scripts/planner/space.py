@@ -61,10 +61,12 @@ LEVER_IDS = (
     "distributed-optimizer", "expandable-segments", "overlap-grad-reduce", "overlap-param-gather", "ddp-bucket-size",
     "cuda-device-max-connections", "high-priority-nccl-streams", "nvls", "nccl-cta-policy", "nccl-p2p-chunksize",
     "avoid-record-streams", "slime-offload", "sglang-mem-fraction", "dynamic-batch-size", "rollout-engine-tp",
+    "log-probs-max-tokens",
 )
 # slime's own levers, offered first on a slime recipe: they address what an RL step adds to training (padded
 # micro-batches of uneven samples, the rollout engines); the Megatron-LM layout levers follow
-SLIME_LEVER_IDS = ("dynamic-batch-size", "rollout-engine-tp", "sglang-mem-fraction", "slime-offload")
+SLIME_LEVER_IDS = ("dynamic-batch-size", "rollout-engine-tp", "sglang-mem-fraction", "slime-offload",
+                   "log-probs-max-tokens")
 SLIME_SEQ_LENGTH = "4096"  # slime's --seq-length when a recipe sets none (slime/backends/megatron_utils/arguments.py)
 
 # Flags a lever's alternative may change besides its own, each because a rule couples them (the catalog's

@@ -139,13 +139,16 @@ def _utilization(tokens: float) -> float:
     return tokens / (tokens + SHORT_MICROBATCH_TOKENS)
 
 
-def _efficiency(samples: list, mbs: int, args: dict, seq: int) -> float:
+def _efficiency(samples: list, mbs: int, args: dict, seq: int, forward_only: bool = False) -> float:
     """The training throughput of these samples relative to the projection's (full ``seq``-token sequences): a
     static micro-batch of ``mbs`` samples pads each to its longest; ``--use-dynamic-batch-size`` packs them into
-    micro-batches of up to ``--max-tokens-per-gpu`` tokens with no padding. SIMULATED."""
+    micro-batches of up to ``--max-tokens-per-gpu`` tokens with no padding (``forward_only``: the log-prob passes,
+    up to ``--log-probs-max-tokens-per-gpu`` where it is set). SIMULATED."""
     reference = _utilization(seq * mbs)
     if "--use-dynamic-batch-size" in args:
         budget = _number(args, "--max-tokens-per-gpu", float(seq))
+        if forward_only:
+            budget = _number(args, "--log-probs-max-tokens-per-gpu", budget)
         return PACKING * _utilization(budget) / reference
     groups = [samples[i:i + mbs] for i in range(0, len(samples), mbs)]
     padded = sum(max(group) * len(group) / _utilization(max(group) * len(group)) for group in groups)
@@ -236,8 +239,10 @@ def run(argv: list, env: dict, out: TextIO, project, config_error=(), sleep: Cal
         trained = sum(samples)
         efficiency = _efficiency(samples, mbs, args, seq)
         actor_train = trained / (tokens_per_s_gpu * shape.actor_gpus * efficiency) * factors[rid]
-        log_probs = actor_train / 3.0
-        ref_log_probs = actor_train / 3.0
+        # the forward-only log-prob passes (actor and reference): a third of a training pass, packed to their own
+        # budget where --log-probs-max-tokens-per-gpu gives one (slime/utils/arguments.py)
+        log_probs = actor_train / 3.0 * efficiency / _efficiency(samples, mbs, args, seq, forward_only=True)
+        ref_log_probs = log_probs
         if shape.mode == "whole_loop":
             response = sum(samples) - PROMPT_TOKENS * len(samples)
             generate = max(response / (decode * engines), (max(samples) - PROMPT_TOKENS) / SEQUENCE_TOKENS_PER_S)

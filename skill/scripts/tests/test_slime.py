@@ -136,7 +136,29 @@ def test_the_planners_space_offers_slimes_levers_first_and_only_where_they_act()
     frozen = {lever.id for lever in space.space(recipe(FROZEN).render())}
     assert "dynamic-batch-size" in frozen and not frozen & {"rollout-engine-tp", "sglang-mem-fraction",
                                                              "slime-offload"}  # no rollout is generated
+    frozen_packed = space.space(recipe(FROZEN + ["--use-dynamic-batch-size", True, "--max-tokens-per-gpu",
+                                                 "4608"]).render())
+    assert "log-probs-max-tokens" not in {lever.id for lever in frozen_packed}  # its time is not in the score
     assert space.project_recipe(recipe().render()) is None  # the projection times no RL step
+    assert "log-probs-max-tokens" not in {lever.id for lever in whole}  # no packing to give a budget of its own
+    packed = space.space(recipe(["--use-dynamic-batch-size", True, "--max-tokens-per-gpu", "4608",
+                                 "--sglang-disable-cuda-graph", True]).render())
+    by_id = {lever.id: [alt.name for alt in lever.alternatives] for lever in packed}
+    assert by_id["log-probs-max-tokens"] == ["log-probs-max-tokens-per-gpu=9216", "log-probs-max-tokens-per-gpu=18432"]
+    assert by_id["rollout-engine-tp"][0] == "sglang-cuda-graph=on"
+
+
+def test_the_log_prob_passes_pack_to_their_own_budget():
+    """The forward-only log-prob passes, timed on the train side (``perf/log_probs_time``, inside the whole loop's
+    step time), pack to ``--log-probs-max-tokens-per-gpu`` where it is set: a larger budget, fewer and fuller
+    micro-batches; the training itself is untouched. SIMULATED."""
+    packed = ["--use-dynamic-batch-size", True, "--max-tokens-per-gpu", "4608"]
+    own = printed_perf(simulate(recipe(packed))[1], "train")
+    larger = printed_perf(simulate(recipe(packed + ["--log-probs-max-tokens-per-gpu", "18432"]))[1], "train")
+    for rid in own:
+        assert larger[rid]["perf/log_probs_time"] < own[rid]["perf/log_probs_time"]
+        assert larger[rid]["perf/actor_train_time"] == own[rid]["perf/actor_train_time"]
+        assert larger[rid]["perf/step_time"] < own[rid]["perf/step_time"]
 
 
 # ---------------------------------------------------------------- real slime text
