@@ -19,8 +19,11 @@ layout on the actor's GPUs, applied to the tokens each rollout trains (prompt an
 stream keyed on the data, so every candidate of a frozen dump trains the same tokens), with the padding that a
 static micro-batch wastes (``--use-dynamic-batch-size`` packs instead); the rollout side's from a generation model
 (decode throughput per SGLang engine by hardware, grown sub-linearly with ``--rollout-num-gpus-per-engine``, lower
-without CUDA graphs and with a small ``--sglang-mem-fraction-static``, bounded below by the longest sample). The
-noise is the Megatron-LM simulator's fitted step-time model, per rollout.
+without CUDA graphs and with a small ``--sglang-mem-fraction-static``, bounded below by the longest sample).
+Colocated, the actor's state is offloaded for each rollout and brought back (``perf/sleep_time``,
+``perf/wake_up_time``, inside the train side's wait); with ``--no-offload-train`` it stays, and SGLang's memory
+fraction must be at most 0.7 beside it (else SGLang's out-of-memory refusal). The noise is the Megatron-LM
+simulator's fitted step-time model, per rollout.
 
 Faults (``ATTUNE_SIM_FAULT``): ``placement`` (the placement group is never satisfied: slime's waiting line every
 30 simulated seconds, for ever), ``sglang_oom`` (SGLang's KV-cache refusal at start-up), ``actor_died`` (a Ray
@@ -56,6 +59,10 @@ SEQUENCE_TOKENS_PER_S = 90.0  # one sequence's decode speed: the longest sample 
 ENGINE_SCALING = 0.8  # an engine of n GPUs decodes n ** 0.8 times as fast as one
 NO_CUDA_GRAPH = 0.7
 PROMPT_TOKENS = 180
+# colocated, the actor's state leaves the GPU for the rollout and comes back (slime's sleep/wake_up: the NCCL groups
+# destroyed and rebuilt, the state copied over PCIe): fixed seconds plus its GiB over a copy rate (SIMULATED)
+SLEEP_S, WAKE_S, OFFLOAD_GIB_PER_S = 2.0, 1.5, 10.0
+RESIDENT_MEM_FRACTION = 0.7  # the most SGLang may reserve while the actor's state stays resident (levers.md)
 WAIT_EVERY_S = 30.0
 WARM_UP = 1.4  # the first rollout's training is this much slower (CUDA graph capture, allocator growth)
 SHORT_MICROBATCH_TOKENS = 512.0
@@ -201,6 +208,9 @@ def run(argv: list, env: dict, out: TextIO, project, config_error=(), sleep: Cal
     except config_error as exc:
         say(train, "megatron_utils.py:88", "AssertionError: %s" % exc)
         return finish(EXIT_FAILED)
+    resident = shape.mode == "whole_loop" and shape.colocate and "--no-offload-train" in args
+    if resident and _number(args, "--sglang-mem-fraction-static", 0.8) > RESIDENT_MEM_FRACTION:
+        fault = "sglang_oom"  # the actor's state stays on the GPU: SGLang's share no longer fits beside it
     if not shape.mode == "train_only" and fault == "sglang_oom":
         say(rollout_side, "sglang_engine.py:120", "RuntimeError: Not enough memory. Please try to increase "
             "--mem-fraction-static.")
@@ -210,6 +220,11 @@ def run(argv: list, env: dict, out: TextIO, project, config_error=(), sleep: Cal
             "has a total capacity of %.2f GiB" % float(projection["memory"].get("hbm_gib") or 80.0))
         return finish(EXIT_FAILED)
     tokens_per_s_gpu = float(projection["tokens_per_s_per_gpu"])
+    state_gib = sum(float((projection["memory"].get("breakdown_gib") or {}).get(part) or 0.0)
+                    for part in ("weights", "grads", "optimizer"))
+    offloads = shape.mode == "whole_loop" and shape.colocate and not resident
+    sleep_s = SLEEP_S + state_gib / OFFLOAD_GIB_PER_S if offloads else 0.0
+    wake_s = WAKE_S + state_gib / OFFLOAD_GIB_PER_S if offloads else 0.0
     tflops_per_gpu = float(projection.get("model_tflops_per_gpu") or 0.0)
     steps_per_rollout = max(1, int(_number(args, "--num-steps-per-rollout", 1.0)))
     mbs = int(_number(args, "--micro-batch-size", 1.0))
@@ -252,7 +267,7 @@ def run(argv: list, env: dict, out: TextIO, project, config_error=(), sleep: Cal
                 "rollout/response_len/mean": response / float(len(samples)), "perf/rollout_time": rollout_time,
                 "perf/tokens_per_gpu_per_sec": response / rollout_time / rollout_gpus,
                 "perf/longest_sample_tokens_per_sec": (max(samples) - PROMPT_TOKENS) / rollout_time}))
-            wait = rollout_time + 0.4
+            wait = sleep_s + rollout_time + wake_s + 0.4
             if slime.SAVE_FLAG in args:
                 save_rollout(str(args[slime.SAVE_FLAG]), rid, samples, int(_number(args, "--n-samples-per-prompt",
                                                                                  1.0)), str(args.get("--prompt-data")))
@@ -279,12 +294,13 @@ def run(argv: list, env: dict, out: TextIO, project, config_error=(), sleep: Cal
         say(train, "timer.py:32", "Timer actor_train end (elapsed: %.1fs)" % actor_train)
         train_time = actor_train + log_probs + ref_log_probs + 0.2
         flops = tflops_per_gpu * (trained / (tokens_per_s_gpu * shape.actor_gpus))
-        say(train, "train_metric_utils.py:44", "perf %d: %r" % (rid, {
+        offload = {"perf/sleep_time": sleep_s, "perf/wake_up_time": wake_s} if offloads else {}
+        say(train, "train_metric_utils.py:44", "perf %d: %r" % (rid, dict(offload, **{
             "perf/data_preprocess_time": 0.01, "perf/train_wait_time": wait, "perf/ref_log_probs_time": ref_log_probs,
             "perf/log_probs_time": log_probs, "perf/actor_train_time": actor_train, "perf/train_time": train_time,
             "perf/log_probs_tflops": flops / log_probs / 3.0, "perf/actor_train_tflops": flops / actor_train,
             "perf/actor_train_tok_per_s": trained / actor_train, "perf/step_time": wait + train_time,
-            "perf/wait_time_ratio": wait / (wait + train_time)}))
+            "perf/wait_time_ratio": wait / (wait + train_time)})))
     printer.line("%s training done after %d rollouts" % (_stamp(printer.clock, "train.py:96"), rollouts))
     return finish(0)
 

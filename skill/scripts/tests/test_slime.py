@@ -148,6 +148,21 @@ def test_the_planners_space_offers_slimes_levers_first_and_only_where_they_act()
     assert by_id["rollout-engine-tp"][0] == "sglang-cuda-graph=on"
 
 
+def test_a_colocated_actor_pays_its_offload_unless_it_stays_resident_beside_a_smaller_sglang_share():
+    """Colocated, each rollout puts the actor's state to sleep and wakes it (slime's ``perf/sleep_time`` and
+    ``perf/wake_up_time``, inside the wait); ``--no-offload-train`` keeps it on the GPU, which shortens the step
+    when SGLang's share fits beside it and fails SGLang at start-up when it does not. SIMULATED."""
+    offloaded = printed_perf(simulate(recipe())[1], "train")
+    code, text = simulate(recipe(["--no-offload-train", True]))
+    resident = printed_perf(text, "train")
+    assert code == 0 and all(offloaded[rid]["perf/sleep_time"] > 2.0 for rid in offloaded)
+    for rid in offloaded:
+        assert "perf/sleep_time" not in resident[rid]
+        assert resident[rid]["perf/step_time"] < offloaded[rid]["perf/step_time"]
+    code, text = simulate(recipe(["--no-offload-train", True, "--sglang-mem-fraction-static", "0.85"]))
+    assert code == 1 and "Not enough memory" in text
+
+
 def test_the_log_prob_passes_pack_to_their_own_budget():
     """The forward-only log-prob passes, timed on the train side (``perf/log_probs_time``, inside the whole loop's
     step time), pack to ``--log-probs-max-tokens-per-gpu`` where it is set: a larger budget, fewer and fuller
