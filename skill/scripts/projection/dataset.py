@@ -61,6 +61,7 @@ from typing import Optional
 from . import config, hardware as hw, model
 
 CSV = Path(__file__).resolve().parent / "data" / "published_throughput.csv"
+SETTINGS = CSV.parent / "published_settings.csv"  # what each row's recipe set beyond the table, with its source
 
 _MLA = {"--multi-latent-attention": True, "--q-lora-rank": "1536", "--kv-lora-rank": "512", "--qk-head-dim": "128",
         "--qk-pos-emb-head-dim": "64", "--v-head-dim": "128"}
@@ -263,10 +264,32 @@ def config_key(row: Row) -> tuple:
     return (row.model, row.gpu, row.gpus) + tuple(row.args.get(name) for name in names)
 
 
+def settings(path: Path = SETTINGS) -> dict:
+    """``{row_id: (flags to set, flags to unset, source)}``: what the recipe behind a published row set beyond its
+    table's columns (recompute, optimizer state dtypes, the pipeline split), read from that recipe at its release
+    (``data/published_settings.csv``, each line with the repository, commit and file it came from)."""
+    out = {}
+    if not path.is_file():
+        return out
+    with open(path, "r", encoding="utf-8", newline="") as handle:
+        for line in csv.DictReader(handle):
+            words = line["flags"].split()
+            flags, name = {}, None
+            for word in words:
+                if word.startswith("--"):
+                    name = word
+                    flags[name] = True
+                elif name is not None:
+                    flags[name] = word if flags[name] is True else flags[name] + " " + word
+            out[line["row_id"]] = (flags, tuple(line["unset"].split()), line["source"])
+    return out
+
+
 def load(path: Path = CSV, superseded: bool = False) -> tuple:
     """(usable rows as ``Row`` in file order, {row_id: (rule, model, gpu, source)} for the others).
     ``superseded=True`` keeps the rows rule 11 would drop (for the all-releases comparison)."""
     usable, excluded, dates = [], {}, {}
+    known = settings(path.parent / SETTINGS.name)
     with open(path, "r", encoding="utf-8", newline="") as handle:
         for raw in csv.DictReader(handle):
             reason = exclusion(raw)
@@ -281,9 +304,14 @@ def load(path: Path = CSV, superseded: bool = False) -> tuple:
         if key not in latest or dates[row.row_id] > dates[latest[key].row_id]:
             latest[key] = row
     kept = []
-    for row in usable:
-        if superseded or latest[config_key(row)] is row:
-            kept.append(row)
-        else:
+    for row in usable:  # which release of a configuration is kept is decided on the table's own columns
+        if not (superseded or latest[config_key(row)] is row):
             excluded[row.row_id] = ("superseded", row.model, row.gpu, row.source_id)
+        elif row.row_id in known:  # then what its recipe set beyond them is applied
+            flags, unset, _source = known[row.row_id]
+            args = {k: v for k, v in row.args.items() if k not in unset}
+            args.update(flags)
+            kept.append(dataclasses.replace(row, args=args))
+        else:
+            kept.append(row)
     return kept, excluded

@@ -520,15 +520,15 @@ def test_the_error_constants_are_the_projections_own():
     for moe, value in ((False, policy.Config().error_median_dense), (True, policy.Config().error_median_moe)):
         mine = [abs(r["error_pct"]) / 100 for r in table if ("--num-experts" in rows[r["row_id"]].args) == moe]
         assert abs(statistics.median(mine) - value) < 0.0006
-    sd = policy.lognormal_sd(0.043)
-    assert 0.06 < sd < 0.067 and abs(policy.lognormal_sd(0.246) - 0.371) < 0.005
+    sd = policy.lognormal_sd(0.046)
+    assert 0.065 < sd < 0.071 and abs(policy.lognormal_sd(0.235) - 0.354) < 0.005
 
 
 def test_exploration_follows_the_chance_to_clear_the_band_under_the_projections_error():
     """(f) An option predicted a little inside (or below) the band is still worth a run while P(gain > band) >= 0.2
     under the projection's error; ordered by expected improvement; exploration goes on while the budget holds,
     and stops when no option has a meaningful probability left."""
-    sd = policy.lognormal_sd(0.043)
+    sd = policy.lognormal_sd(policy.Config().error_median_dense)
     assert policy.probability_above(0.0, 0.01, sd) > 0.4  # predicted unchanged: a coin flip
     assert policy.probability_above(-0.03, 0.01, sd) >= 0.2 > policy.probability_above(-0.06, 0.01, sd)
     assert policy.expected_improvement(0.05, sd) > policy.expected_improvement(0.0, sd) > \

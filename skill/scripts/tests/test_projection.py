@@ -294,6 +294,7 @@ def test_params_json_is_what_calibrate_produces(refit):
     assert calibrate.same_fit(stored, {"row_ids": stored["row_ids"], "global": u, "families": families},
                               rtol=1e-5) == []
     assert stored["data"]["sha256"] == __import__("hashlib").sha256(dataset.CSV.read_bytes()).hexdigest()
+    assert stored["data"]["settings_sha256"] == __import__("hashlib").sha256(dataset.SETTINGS.read_bytes()).hexdigest()
     assert sum(stored["rows_excluded"].values()) == len(excluded)
 
 
