@@ -65,7 +65,8 @@ READS = frozenset((
     "--position-embedding-type", "--q-lora-rank", "--qk-head-dim", "--qk-pos-emb-head-dim",
     "--recompute-granularity", "--recompute-method", "--recompute-modules", "--recompute-num-layers",
     "--seq-length", "--sequence-parallel", "--squared-relu", "--swiglu", "--tensor-model-parallel-size",
-    "--tokenizer-model", "--tokenizer-type", "--tp-comm-overlap", "--untie-embeddings-and-output-weights",
+    "--tokenizer-model", "--tokenizer-type", "--tp-comm-overlap", "--transformer-impl",
+    "--untie-embeddings-and-output-weights",
     "--use-custom-fsdp", "--use-distributed-optimizer", "--use-megatron-fsdp", "--use-precision-aware-optimizer",
     "--use-torch-fsdp2", "--v-head-dim", "--virtual-pipeline-model-parallel-size", "--vocab-size",
     "--window-attn-skip-freq", "--window-size",
@@ -473,6 +474,8 @@ def parse(args: Mapping, gpus: int, gpu_name: str, gpus_per_node: int) -> Job:
     if "--fine-grained-activation-offloading" in args or "--optimizer-cpu-offload" in args:
         warnings.append("CPU offloading is not modelled: memory and time ignore it")
     attention_backend = str(args.get("--attention-backend") or "auto")
+    if str(args.get("--transformer-impl") or "transformer_engine") == "local":
+        attention_backend = "local"  # Megatron's own layers: DotProductAttention, a materialised softmax
     sp = "--sequence-parallel" in args and tp > 1
     return Job(
         layers=layers, hidden=hidden, ffn=ffn, heads=heads, groups=groups, kv_channels=kv_channels, vocab=vocab,

@@ -66,6 +66,20 @@ def test_memory_against_hand_worked_examples(case):
     assert np.allclose(got, want, rtol=1e-12, atol=0), (got, want)
 
 
+def test_megatrons_local_layers_materialise_the_attention_softmax():
+    """``--transformer-impl local`` builds Megatron's own DotProductAttention, which keeps the softmax (as
+    ``--attention-backend unfused`` does under Transformer Engine): the projection counts it there and only
+    there (bench/bench_memory.py: Megatron-LM's own local-layer golden runs were under-predicted by 24-44%
+    while it was taken as flash attention)."""
+    def act(**extra):
+        job = job_of(dict(LLAMA8B, **extra), 8)
+        return memory.decoder_activations(job, 0), job.flash
+    te, te_flash = act()
+    local, local_flash = act(**{"--transformer-impl": "local"})
+    unfused, _ = act(**{"--attention-backend": "unfused"})
+    assert te_flash and not local_flash and local == unfused > te
+
+
 def test_memory_verdict_uses_the_safety_margin():
     out = project(dict(LLAMA8B, **{"--recompute-granularity": "full", "--recompute-method": "uniform",
                                    "--recompute-num-layers": "1"}), 8, "H100")
