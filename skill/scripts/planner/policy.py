@@ -23,9 +23,9 @@ The policy (README.md in this folder has the whole of it):
 2. a candidate that beats the leader is gated, then confirmed (``gate`` before ``confirm``: a gate-failed
    recipe is never confirmed); a run whose failure class is transient is rerun once;
 3. exploration, one change against the current leader, under the projection's own error: its leave-one-out
-   median absolute error of tokens/s/GPU (``projection/params.json`` "loo", projection/README.md: 4.6% over
-   the dense rows, 23.5% over the MoE rows; ``Config.error_median_dense``/``error_median_moe``) is read as a
-   lognormal factor on each configuration's projection, of sd ``lognormal_sd(median)`` (0.068 dense, 0.354
+   median absolute error of tokens/s/GPU (``projection/params.json`` "loo", projection/README.md: 4.0% over
+   the dense rows, 22.3% over the MoE rows; ``Config.error_median_dense``/``error_median_moe``) is read as a
+   lognormal factor on each configuration's projection, of sd ``lognormal_sd(median)`` (0.059 dense, 0.335
    MoE; MoE when the leader has ``--num-experts``). A modelled option (the projection reads one of its
    lever's flags: ``projection.config.READS``) of predicted gain g is taken while
    ``P(true gain > band) = 1 - Phi((ln(1 + band) - ln(1 + g)) / sd)`` is at least ``Config.min_probability``
@@ -130,8 +130,8 @@ class Config:
     recent_evidence: int = 6  # candidates against the leader named as a stop's evidence
     # The projection's own error (projection/README.md, params.json "loo": leave-one-out median absolute error of
     # tokens/s/GPU, dense and MoE rows), read as a lognormal factor on every configuration's projection.
-    error_median_dense: float = 0.046
-    error_median_moe: float = 0.235
+    error_median_dense: float = 0.040
+    error_median_moe: float = 0.223
     min_probability: float = 0.2  # an option is worth a run while P(true gain > band) is at least this
 
 

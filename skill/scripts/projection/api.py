@@ -78,14 +78,25 @@ def theta_for(gpu: hw.GPU, params: Optional[dict]) -> tuple:
     return theta, info, warnings
 
 
-def project(args: Mapping, gpus: int, hardware: str, gpus_per_node: Optional[int] = None) -> dict:
-    """Project one step of a Megatron-LM job (see the package README for the model)."""
+def _job(args: Mapping, gpus: int, hardware: str, gpus_per_node: Optional[int]) -> tuple:
     gpu = hw.get(hardware)
     if gpus_per_node is None:
         gpus_per_node = gpu.gpus_per_node
     if not isinstance(gpus_per_node, int) or isinstance(gpus_per_node, bool) or gpus_per_node <= 0:
         raise ConfigError("gpus-per-node: must be a positive integer, not %r" % (gpus_per_node,))
-    job = config.parse(args, gpus, gpu.name, gpus_per_node)
+    return gpu, gpus_per_node, config.parse(args, gpus, gpu.name, gpus_per_node)
+
+
+def memory_of(args: Mapping, gpus: int, hardware: str, gpus_per_node: Optional[int] = None) -> dict:
+    """The memory half of ``project`` alone (its ``memory`` and the most loaded rank), without the step time: what
+    a sweep asks first of every layout."""
+    gpu, _per_node, job = _job(args, gpus, hardware, gpus_per_node)
+    return memory.memory(job, gpu)
+
+
+def project(args: Mapping, gpus: int, hardware: str, gpus_per_node: Optional[int] = None) -> dict:
+    """Project one step of a Megatron-LM job (see the package README for the model)."""
+    gpu, gpus_per_node, job = _job(args, gpus, hardware, gpus_per_node)
     try:
         peak = gpu.peak(job.precision)
     except InputError as error:

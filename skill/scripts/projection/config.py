@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import functools
 import re
 from typing import Mapping, Optional
 
@@ -170,6 +171,15 @@ def parse_pattern(text, layers: int, flag: str, int_rule) -> tuple:
             raise ConfigError("%s: %s must be positive" % (flag, text))
         return tuple(int_rule(i, n) for i in range(layers))
 
+    pattern = _list_pattern(text, flag)
+    if len(pattern) != layers:
+        raise ConfigError("%s: the pattern has %d entries; --num-layers is %d" % (flag, len(pattern), layers))
+    return pattern
+
+
+@functools.lru_cache(maxsize=256)
+def _list_pattern(text: str, flag: str) -> tuple:
+    """A list expression of 0/1 evaluated (a sweep parses the same one for every layout)."""
     def value(node):
         if isinstance(node, ast.Expression):
             return value(node.body)
@@ -190,8 +200,6 @@ def parse_pattern(text, layers: int, flag: str, int_rule) -> tuple:
         raise ConfigError("%s: %r is neither an integer nor a list expression of 0/1" % (flag, text))
     if not isinstance(pattern, list) or any(v not in (0, 1) for v in pattern):
         raise ConfigError("%s: %r does not evaluate to a list of 0/1" % (flag, text))
-    if len(pattern) != layers:
-        raise ConfigError("%s: the pattern has %d entries; --num-layers is %d" % (flag, len(pattern), layers))
     return tuple(pattern)
 
 

@@ -159,7 +159,7 @@ def _recompute(text: str) -> dict:
     return {}
 
 
-def _layout(args: dict, layers: int, pp: int, vp: int) -> str:
+def balanced_layout(args: dict, layers: int, pp: int, vp: int) -> str:
     """A cost-balanced layout (``config.even_layout``) for a model whose layers do not divide by
     PP x VP: the output layer's cost in decoder layers is its share of the model FLOPs per token
     (doubled in low-precision runs, where it stays bf16)."""
@@ -242,7 +242,7 @@ def to_row(row: dict) -> Row:
     if vp > 1:
         args["--overlap-p2p-comm"] = True
     if layers % (pp * vp):
-        args["--pipeline-model-parallel-layout"] = _layout(args, layers, pp, vp)
+        args["--pipeline-model-parallel-layout"] = balanced_layout(args, layers, pp, vp)
     elif vp > 1:
         args["--num-layers-per-virtual-pipeline-stage"] = str(layers // (pp * vp))
     tokens = _num(row["tokens_per_s_per_gpu"])
@@ -285,6 +285,23 @@ def settings(path: Path = SETTINGS) -> dict:
     return out
 
 
+def _restaged(args: dict, before: dict) -> dict:
+    """``args`` whose pipeline split the recipe's settings removed, balanced again (over the virtual stages the
+    table's layout had, ``before``) when the layers do not divide by PP x VP and the recipe neither writes a
+    layout nor counts the embedding and loss in the split."""
+    if "--pipeline-model-parallel-layout" in args or any(args.get(flag) is True for flag in
+                                                          ("--account-for-embedding-in-pipeline-split",
+                                                           "--account-for-loss-in-pipeline-split")):
+        return args
+    layers, pp = int(args["--num-layers"]), int(args["--pipeline-model-parallel-size"])
+    per_stage = args.get("--num-layers-per-virtual-pipeline-stage")
+    old = before.get("--pipeline-model-parallel-layout")
+    vp = layers // (pp * int(per_stage)) if per_stage else (str(old).count("|") + 1) // pp if old else 1
+    if layers % (pp * vp):
+        args = dict(args, **{"--pipeline-model-parallel-layout": balanced_layout(args, layers, pp, vp)})
+    return args
+
+
 def load(path: Path = CSV, superseded: bool = False) -> tuple:
     """(usable rows as ``Row`` in file order, {row_id: (rule, model, gpu, source)} for the others).
     ``superseded=True`` keeps the rows rule 11 would drop (for the all-releases comparison)."""
@@ -311,7 +328,7 @@ def load(path: Path = CSV, superseded: bool = False) -> tuple:
             flags, unset, _source = known[row.row_id]
             args = {k: v for k, v in row.args.items() if k not in unset}
             args.update(flags)
-            kept.append(dataclasses.replace(row, args=args))
+            kept.append(dataclasses.replace(row, args=_restaged(args, row.args)))
         else:
             kept.append(row)
     return kept, excluded

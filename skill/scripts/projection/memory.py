@@ -24,6 +24,8 @@ most loaded pipeline rank, and the verdict against HBM.
 
 from __future__ import annotations
 
+from typing import Optional
+
 from . import model
 from .config import Job
 from .hardware import GPU
@@ -42,7 +44,16 @@ def in_flight(job: Job, rank: int) -> float:
     return float(min(m, job.pp - rank))
 
 
-def decoder_activations(job: Job, rank: int) -> float:
+def _layer(job: Job, moe: bool, full: bool, cache: Optional[dict]) -> float:
+    """``model.layer_activations``, once per kind of layer and job where ``cache`` (one dict per job) is given."""
+    if cache is None:
+        return model.layer_activations(job, moe, full)
+    if (moe, full) not in cache:
+        cache[moe, full] = model.layer_activations(job, moe, full)
+    return cache[moe, full]
+
+
+def decoder_activations(job: Job, rank: int, cache: Optional[dict] = None) -> float:
     """Activation bytes of the rank's decoder (and MTP) layers at its peak: per micro-batch times
     the micro-batches in flight, plus the transient of a full-recompute chunk being rebuilt."""
     indices, _, _, mtp = job.stages[rank]
@@ -54,20 +65,21 @@ def decoder_activations(job: Job, rank: int) -> float:
     if full and job.recompute_method == "uniform":
         # every chunk of --recompute-num-layers layers keeps only its input
         groups = -(-per_chunk // job.recompute_layers) * job.vp + mtp
-        per_mb = groups * model.layer_activations(job, False, True)
+        per_mb = groups * _layer(job, False, True, cache)
     else:
         recomputed = min(job.recompute_layers, per_chunk) if full else 0
-        per_mb = sum(model.layer_activations(job, moe, position % per_chunk < recomputed)
-                     for position, moe in enumerate(kinds))
+        keys = [(moe, position % per_chunk < recomputed) for position, moe in enumerate(kinds)]
+        per_key = {key: _layer(job, key[0], key[1], cache) for key in set(keys)}  # one value per kind of layer
+        per_mb = sum(per_key[key] for key in keys)
     activations = per_mb * in_flight(job, rank)
     if full:  # backward rebuilds one recomputed chunk's activations beside its stored input
         span = job.recompute_layers if job.recompute_method == "uniform" else 1
-        rebuilt = max(model.layer_activations(job, moe, False) for moe in kinds) * min(span, len(kinds))
-        activations += rebuilt - model.layer_activations(job, False, True)
+        rebuilt = max(_layer(job, moe, False, cache) for moe in set(kinds)) * min(span, len(kinds))
+        activations += rebuilt - _layer(job, False, True, cache)
     return activations
 
 
-def rank_memory(job: Job, rank: int) -> dict:
+def rank_memory(job: Job, rank: int, cache: Optional[dict] = None) -> dict:
     """Bytes per GPU of pipeline rank ``rank``, by kind."""
     dense, expert = model.rank_params(job, rank)
     params = dense + expert
@@ -79,7 +91,7 @@ def rank_memory(job: Job, rank: int) -> dict:
     else:
         optimizer = job.optimizer_bytes * params
     _, embedding, loss, _ = job.stages[rank]
-    activations = decoder_activations(job, rank)
+    activations = decoder_activations(job, rank, cache)
     T = job.mbs * job.seq / job.cp
     n = T / job.tp if job.sp else T
     if embedding:  # embedding output (and its dropout mask) for each micro-batch in flight
@@ -94,8 +106,9 @@ def rank_memory(job: Job, rank: int) -> dict:
 def memory(job: Job, gpu: GPU) -> dict:
     """The most loaded rank's memory in GiB and the verdict."""
     best = None
+    cache = {}  # per-layer activations: the same for every rank of this job
     for rank in range(job.pp):
-        parts = rank_memory(job, rank)
+        parts = rank_memory(job, rank, cache)
         total = sum(parts.values())
         if best is None or total > best[0]:
             best = (total, rank, parts)

@@ -260,8 +260,9 @@ def rank_params(job: Job, rank: int) -> tuple:
     kv = 0.0
     if not job.mla and job.groups < job.tp:  # each rank keeps one whole KV group (replicated K/V weights)
         kv = 2.0 * job.hidden * job.kv_channels * job.groups * (1.0 / job.groups - 1.0 / job.tp)
+    per_kind = {moe: layer_params(job, moe) for moe in set(layers)}  # a layer's count depends only on its kind
     for moe in layers:
-        sharded, replicated, experts = layer_params(job, moe)
+        sharded, replicated, experts = per_kind[moe]
         dense += sharded / job.tp + replicated + kv
         expert += experts / (job.ep * job.etp)
     dense += mtp * 2 * job.hidden * job.hidden / job.tp

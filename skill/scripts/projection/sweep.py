@@ -4,9 +4,13 @@ Megatron-LM would accept, filtered by projected memory, ranked by projected toke
 A layout is TP, PP, VP, CP, EP, ETP, the micro-batch size and the recompute variant; everything else (model,
 sequence, global batch, precision, the overlap flags) stays as the recipe has it. TP runs over the divisors of
 the GPUs per node (tensor parallelism stays inside the NVLink domain), PP and CP over powers of two, EP over the
-divisors of the number of experts, ETP over 1 and TP, the micro-batch over 1, 2 and 4, VP over the divisors of
-the layers per stage (up to ``MAX_VP``), recompute over none, selective (the core attention) and full (uniform,
-one layer). Each candidate passes ``attune.core.legality`` and the projection's model-construction checks (the
+divisors of the number of experts, ETP over 1 and TP, the micro-batch over 1, 2 and 4, VP from 1 to ``MAX_VP``,
+recompute over none, selective (the core attention) and full (uniform, one layer), in that order, a variant
+left out once a lighter one of the same layout fits (recompute only adds work to the step). Where the layers (with the
+embedding and loss the recipe counts in the split) do not divide by PP x VP, the stages get a hand-written
+``--pipeline-model-parallel-layout`` balanced by cost the way published recipes write theirs
+(``dataset.balanced_layout``: the output layer and MTP cost their share of the FLOPs, the last stage takes
+fewer decoder layers), as DeepSeek-V3's 61 and Llama-3.1-405B's 126 layers need. Each candidate passes ``attune.core.legality`` and the projection's model-construction checks (the
 rules ``candidate new`` applies) or is dropped; one the projection says does not fit is kept aside. The error
 band shown beside every projection is the calibration's leave-one-out error on the recipe's GPU (params.json).
 """
@@ -45,10 +49,13 @@ class Layout:
     mbs: int
     recompute: str
     moe: bool = False
+    layout: str = ""  # a hand-written pipeline layout, where the layers do not divide by PP x VP
+
 
     def args(self, base: Mapping) -> dict:
         """``base`` with this layout's flags in place of its own."""
-        out = {flag: value for flag, value in base.items() if flag not in LAYOUT_FLAGS}
+        out = {flag: value for flag, value in base.items() if flag not in LAYOUT_FLAGS
+               and not (self.layout and flag in legality.ACCOUNT_FLAGS)}  # a layout places embedding and loss
         out.update({"--tensor-model-parallel-size": str(self.tp), "--pipeline-model-parallel-size": str(self.pp),
                     "--context-parallel-size": str(self.cp), "--micro-batch-size": str(self.mbs)})
         if self.moe:
@@ -56,15 +63,18 @@ class Layout:
             out["--expert-tensor-parallel-size"] = str(self.etp)
         if self.tp > 1:
             out["--sequence-parallel"] = True
-        if self.vp > 1:
+        if self.layout:
+            out["--pipeline-model-parallel-layout"] = self.layout
+        elif self.vp > 1:
             out["--num-virtual-stages-per-pipeline-rank"] = str(self.vp)
         out.update(RECOMPUTE[self.recompute])
         return out
 
     def text(self) -> str:
         experts = " EP %d ETP %d" % (self.ep, self.etp) if self.moe else ""
-        return "TP %d PP %d VP %d CP %d%s MBS %d recompute %s" % (self.tp, self.pp, self.vp, self.cp, experts, self.mbs,
-                                                                 self.recompute)
+        return "TP %d PP %d VP %d CP %d%s MBS %d recompute %s%s" % (
+            self.tp, self.pp, self.vp, self.cp, experts, self.mbs, self.recompute,
+            " layout %s" % self.layout if self.layout else "")
 
 
 def _divisors(n: int) -> list:
@@ -82,15 +92,35 @@ def layouts(args: Mapping, gpus: int, gpus_per_node: int):
     split = layers + sum(1 for flag in legality.ACCOUNT_FLAGS if args.get(flag) is True)
     experts = _int(args, "--num-experts", 0)
     powers = [2 ** k for k in range(0, 8) if 2 ** k <= gpus]
+    balanced = {}
     for tp, pp, cp in itertools.product(_divisors(gpus_per_node), powers, (1, 2, 4, 8)):
         if gpus % (tp * pp * cp):
             continue
-        per_stage = split // pp if pp and split % pp == 0 else 0
-        vps = [1] + ([v for v in _divisors(per_stage) if 1 < v <= MAX_VP] if pp > 2 and per_stage else [])
+        stages = [(1, "")] if pp == 1 else []
+        for vp in range(1, MAX_VP + 1) if pp > 1 else ():
+            if vp > 1 and pp <= 2 or pp * vp > layers:  # interleaving needs PP > 2 (legality); a layer per stage
+                continue
+            if split % (pp * vp) == 0:
+                stages.append((vp, ""))
+            else:
+                if (pp, vp) not in balanced:
+                    balanced[pp, vp] = _balanced(args, layers, pp, vp)
+                if balanced[pp, vp]:
+                    stages.append((vp, balanced[pp, vp]))
         eps = [e for e in _divisors(experts) if e <= gpus] if experts else [1]
-        for vp, ep, mbs, recompute in itertools.product(vps, eps, (1, 2, 4), RECOMPUTE):
+        for (vp, layout), ep, mbs, recompute in itertools.product(stages, eps, (1, 2, 4), RECOMPUTE):
             for etp in sorted({1, tp}) if experts else [tp]:
-                yield Layout(tp, pp, vp, cp, ep, etp, mbs, recompute, moe=bool(experts))
+                yield Layout(tp, pp, vp, cp, ep, etp, mbs, recompute, moe=bool(experts), layout=layout)
+
+
+def _balanced(args: Mapping, layers: int, pp: int, vp: int) -> str:
+    """The cost-balanced layout of ``layers`` over PP x VP stages ('' where the model cannot be probed)."""
+    from . import dataset
+    probe = {flag: value for flag, value in args.items() if flag not in legality.ACCOUNT_FLAGS}
+    try:
+        return dataset.balanced_layout(probe, layers, pp, vp)
+    except api.ConfigError:
+        return ""
 
 
 def error_band(hardware: str, path: Path = PARAMS) -> Optional[float]:
@@ -108,19 +138,24 @@ def sweep(args: Mapping, gpus: int, hardware: str, gpus_per_node: Optional[int] 
     per_node = gpus_per_node or gpu.gpus_per_node
     tried = legal = 0
     fit = []
+    fitted = set()  # layouts (all but the recompute) that fit with less recompute: more only slows the step
     for layout in layouts(args, gpus, per_node):
         tried += 1
+        if dataclasses.replace(layout, recompute="") in fitted:
+            continue
         candidate = layout.args(args)
         if [v for v in legality.check(candidate, {}, gpus, gpu.name, trusted=candidate) if v.rule not in
                 ("misspelled-flag", "no-such-flag", "cuda-device-max-connections")]:
             continue
         try:
-            out = api.project(candidate, gpus, gpu.name, per_node)
+            fits = api.memory_of(candidate, gpus, gpu.name, per_node)["fits"]  # the step is timed only if it fits
+            out = api.project(candidate, gpus, gpu.name, per_node) if fits else None
         except api.ConfigError:
             continue
         legal += 1
-        if out["memory"]["fits"]:
+        if out is not None:
             fit.append((out["tokens_per_s_per_gpu"], layout, out))
+            fitted.add(dataclasses.replace(layout, recompute=""))
     fit.sort(key=lambda item: (-item[0], item[1].text()))
     best = [{"layout": dataclasses.asdict(layout), "text": layout.text(), "tokens_per_s_per_gpu": rate,
              "memory_gib": out["memory"]["total_gib"], "usable_gib": out["memory"]["usable_gib"],

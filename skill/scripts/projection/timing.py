@@ -38,6 +38,8 @@ expert all-to-alls as in ``a2a_seconds``.
 
 from __future__ import annotations
 
+import collections
+
 import numpy as np
 
 from . import model
@@ -125,11 +127,11 @@ def features(job: Job, gpu: GPU, gpus_per_node: int) -> dict:
             full = 1.0 if job.recompute_method == "uniform" else min(job.recompute_layers, per_chunk) / per_chunk
         acc = dict.fromkeys(("flops_lp", "flops_hp", "flops_expert", "gemm_bytes", "attn_flops", "elem_bytes",
                              "tp_bytes", "cp_bytes", "ep_count"), 0.0)
-        for moe, window in layer_kinds:
+        for (moe, window), count in collections.Counter(layer_kinds).items():  # the same work per kind of layer
             for share, recomputed in ((1 - full, False), (full, True)):
                 if share:
                     for key, value in work(moe, window, recomputed).items():
-                        acc[key] += share * value
+                        acc[key] += count * share * value
         heads_out = []
         if loss:
             heads_out.append((T, h, V / t, 1 + mtp))  # output layer (+ one per MTP depth), bf16

@@ -520,8 +520,8 @@ def test_the_error_constants_are_the_projections_own():
     for moe, value in ((False, policy.Config().error_median_dense), (True, policy.Config().error_median_moe)):
         mine = [abs(r["error_pct"]) / 100 for r in table if ("--num-experts" in rows[r["row_id"]].args) == moe]
         assert abs(statistics.median(mine) - value) < 0.0006
-    sd = policy.lognormal_sd(0.046)
-    assert 0.065 < sd < 0.071 and abs(policy.lognormal_sd(0.235) - 0.354) < 0.005
+    sd = policy.lognormal_sd(0.040)
+    assert 0.056 < sd < 0.062 and abs(policy.lognormal_sd(0.223) - 0.335) < 0.005
 
 
 def test_exploration_follows_the_chance_to_clear_the_band_under_the_projections_error():
