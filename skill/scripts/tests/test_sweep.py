@@ -61,3 +61,30 @@ def test_the_verb_prints_the_sweep_and_exits_1_when_nothing_fits(tmp_path, capsy
     assert "\n3: " not in out
     assert cli.main(["project", str(recipe), "--hardware", "H100", "--gpus", "1", "--sweep", "--json"]) == 1
     assert json.loads(capsys.readouterr().out)["best"] == []  # 8B with its optimizer on one GPU: nothing fits
+
+
+def test_layers_that_do_not_divide_get_a_balanced_hand_written_layout():
+    """126 layers (Llama-3.1-405B's) over PP 4 x VP 4: no even split, so the sweep writes a layout balanced by
+    cost (embedding first, the loss last, the last stage lighter) that legality accepts and the projection fits;
+    where PP x VP divides the layers it writes none; a heavier recompute of a layout that fits lighter is not
+    tried (it only adds work)."""
+    uneven = dict(DENSE, **{"--num-layers": "126", "--hidden-size": "2048", "--ffn-hidden-size": "8192",
+                            "--num-attention-heads": "16", "--seq-length": "2048"})
+    layouts = list(sweep.layouts(uneven, 64, 8))
+    written = [lay for lay in layouts if lay.layout]
+    assert written and all(lay.pp * lay.vp and 126 % (lay.pp * lay.vp) for lay in written)
+    assert not [lay for lay in layouts if not lay.layout and lay.pp > 1 and 126 % (lay.pp * lay.vp)]
+    one = next(lay for lay in written if (lay.pp, lay.vp) == (4, 4))
+    stages = one.layout.split("|")
+    assert len(stages) == 16 and stages[0].startswith("E") and stages[-1].endswith("L")
+    assert sum(stage.count("t") for stage in stages) == 126 and stages[-1].count("t") <= stages[1].count("t")
+    args = one.args(uneven)
+    assert [v.rule for v in legality.check(args, {}, 64, "H100", trusted=args)
+            if v.rule != "cuda-device-max-connections"] == []
+    result = sweep.sweep(uneven, 64, "H100", top=40)
+    assert any(item["layout"]["layout"] for item in result["best"])
+    kinds = {}
+    for item in result["best"]:
+        key = tuple(v for k, v in sorted(item["layout"].items()) if k != "recompute")
+        kinds.setdefault(key, []).append(item["layout"]["recompute"])
+    assert all(len(recomputes) == 1 for recomputes in kinds.values())  # one recompute variant per layout
