@@ -276,6 +276,23 @@ def finalize(campaign: Campaign, settings, run: str, hang_after_s: float = HANG_
     return row
 
 
+def finalize_answer(campaign: Campaign, row: dict) -> dict:
+    """What ``finalize --json`` answers for the result ``row``: the row (with ``warnings``, an empty list when there
+    are none), the run's score as ranking reads it (``rankable``, ``why``, ``tokens_per_s_per_gpu``,
+    ``step_time_s``; SIMULATED or cpu where the run is) and what it was charged (``gpu_seconds``, ``gpu_hours``)."""
+    from attune.campaign import ranking as ranking_mod
+    view = ranking_mod.build(campaign.ledger.rows()).run(row["run"])
+    score = view.score if view is not None else None
+    seconds = budget_mod.gpu_seconds_by_run(campaign.gpu_log.rows()).get(row["run"], 0)
+    return {"result": dict(row, warnings=list(row.get("warnings") or [])),
+            "score": {"rankable": bool(score and score.rankable), "why": score.why if score else "not in the ledger",
+                      "tokens_per_s_per_gpu": score.tokens_per_s_per_gpu if score and score.rankable else None,
+                      "step_time_s": score.step_time_s if score and score.rankable else None,
+                      "simulated": bool(view.simulated if view is not None else row.get("simulated")),
+                      "cpu": bool(view.cpu if view is not None else row.get("cpu"))},
+            "charge": {"gpu_seconds": seconds, "gpu_hours": seconds / 3600.0}}
+
+
 def seq_length(run_dir: Path) -> Optional[int]:
     """The sequence length a run's recipe (``runs/<run>/recipe.yaml``) gives Megatron, which does not print it per
     step; None when the recipe sets none."""

@@ -179,9 +179,17 @@ def cmd_finalize(args) -> int:
         raise CheckFailed("run %s is still running%s: poll it, and finalize when it has ended (--wait S waits for it)"
                           % (args.run, " after %g s" % args.wait if args.wait else ""))
     failure = row.get("failure") or {}
-    emit(args, {"result": row}, "run: %s\nstatus: %s%s" % (row["run"], row["status"], "\nfailure: %s%s: %s" % (
-        failure.get("class"), " (%s memory)" % failure["memory"] if failure.get("memory") else "",
-        failure.get("evidence", "")[:200]) if failure else ""))
+    data = runs_mod.finalize_answer(campaign, row)
+    lines = ["run: %s" % row["run"], "status: %s" % row["status"]]
+    if failure:
+        lines.append("failure: %s%s: %s" % (failure.get("class"), " (%s memory)" % failure["memory"]
+                                            if failure.get("memory") else "", failure.get("evidence", "")[:200]))
+    score = data["score"]
+    lines.append("tokens_per_s_per_gpu: %s" % ("%.1f" % score["tokens_per_s_per_gpu"] if score["rankable"]
+                                               else "none (%s)" % score["why"]))
+    lines.append("charged_gpu_hours: %.4f" % data["charge"]["gpu_hours"])
+    lines += ["warning: %s" % warning for warning in data["result"]["warnings"]]
+    emit(args, data, "\n".join(lines))
     return EXIT_OK
 
 

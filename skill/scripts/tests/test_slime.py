@@ -383,6 +383,26 @@ def test_finalize_scores_a_simulated_slime_run_on_the_local_backend(slime_campai
     assert cli.main(["verify", "--replay", "--campaign", str(campaign.dir)]) == 0  # the row derives again
 
 
+def test_finalize_json_answers_the_score_the_charge_and_its_warnings(slime_campaign, capsys):
+    """``finalize --json`` carries the run's score as ranking reads it, what it was charged and ``warnings`` (a
+    list, empty when there are none), beside the ledger row."""
+    import json
+    campaign, settings = slime_campaign
+    row = runs.launch_baseline(campaign, settings)
+    wait(campaign, settings, row["run"], ("succeeded",))
+    capsys.readouterr()
+    assert cli.main(["finalize", row["run"], "--campaign", str(campaign.dir), "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    view = ranking.build(campaign.ledger.rows()).run(row["run"])
+    assert data["result"]["status"] == "finished" and data["result"]["warnings"] == []
+    assert data["score"]["rankable"] and data["score"]["tokens_per_s_per_gpu"] == view.tokens
+    assert data["score"]["simulated"] is True and data["score"]["step_time_s"] > 0
+    charged = sum(r["gpu_seconds"] for r in campaign.gpu_log.rows() if r.get("run") == row["run"])
+    assert data["charge"]["gpu_seconds"] == charged > 0 and data["charge"]["gpu_hours"] == charged / 3600.0
+    assert cli.main(["finalize", row["run"], "--campaign", str(campaign.dir)]) == 0
+    assert "tokens_per_s_per_gpu: %.1f" % view.tokens in capsys.readouterr().out
+
+
 def test_a_placement_group_never_satisfied_is_torn_down_as_unschedulable(slime_campaign):
     """slime's driver waits for ever, printing its wait every 30 s: those lines are not progress, so past the hang
     limit the run is torn down and triaged unschedulable, the wait its evidence."""
