@@ -34,8 +34,13 @@ def collect(snapshot: Snapshot) -> dict:
     last = []
     for run in sorted(heapq.nlargest(LAST_RESULTS, finalized, key=lambda run: run.result_seq),
                       key=lambda run: run.result_seq):
+        recipe = ranking.recipes.get(run.recipe)
+        # one comparison rule: the run's recipe (the geometric mean of its rankable runs) against the leader's, as
+        # the verdict compares them; this run alone beside it
         last.append({"run": run.run, "status": run.status, "tokens_per_s_per_gpu": run.tokens,
-                     "vs_leader": ranking.relative(run.tokens, ranking.leader),
+                     "vs_leader": ranking.relative(recipe.score, ranking.leader) if recipe and run.tokens else None,
+                     "recipe_runs": len(recipe.rankable) if recipe else 0,
+                     "run_vs_leader": ranking.relative(run.tokens, ranking.leader),
                      "verdict": ranking.run_status(run), "simulated": run.simulated,
                      "cpu": run.cpu})
     stop = None
@@ -109,7 +114,9 @@ def render(info: dict, budget_text: str) -> str:
             continue
         lines.append("result: %s %.1f tokens/s/GPU%s: %s" % (
             result["run"], value,
-            " (%+.2f%% vs leader)" % (result["vs_leader"] * 100) if result["vs_leader"] is not None else "",
+            " (its recipe %+.2f%% vs leader over %d run(s); this run %+.2f%%)" % (
+                result["vs_leader"] * 100, result["recipe_runs"], result["run_vs_leader"] * 100)
+            if result["vs_leader"] is not None and result["run_vs_leader"] is not None else "",
             result["verdict"]))
     for item in info["pending"]:
         lines.append("next: %s" % item)

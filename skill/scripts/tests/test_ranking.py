@@ -387,3 +387,23 @@ def test_a_removal_of_a_change_off_the_lineage_is_an_ordinary_candidate(tmp_path
     b.gate("r009")
     ranked = rank(b)
     assert ranked.leader.first.run == "r006" and not ranked.dropped
+
+
+def test_status_compares_a_runs_recipe_with_the_leader_as_the_verdict_does(tmp_path):
+    """``status.last_results[].vs_leader`` is the run's recipe against the leader, as the verdict judges it (the
+    geometric means of their rankable runs); the run alone is ``run_vs_leader`` beside it: a slow confirmation of a
+    recipe that is ahead reads ahead, with its own number shown."""
+    from attune.campaign import snapshot, status
+    b = Builder(tmp_path)
+    noisy_baseline(b, [1000.0, 1010.0, 990.0])
+    confirmed_candidate(b, "r004", "r005", "fast", "r001", [900.0, 1020.0])  # the confirmation is slower than r001
+    ranking = rank(b)
+    recipe = ranking.recipe_of("r004")
+    info = status.collect(snapshot.take(b.campaign.dir))
+    last = {item["run"]: item for item in info["last_results"]}
+    confirm = last["r005"]
+    assert confirm["run_vs_leader"] == pytest.approx(ranking.relative(ranking.run("r005").tokens, ranking.leader))
+    assert confirm["vs_leader"] == pytest.approx(ranking.relative(recipe.score, ranking.leader))
+    assert confirm["recipe_runs"] == 2 and last["r004"]["vs_leader"] == confirm["vs_leader"]
+    assert confirm["vs_leader"] != confirm["run_vs_leader"]
+    assert "result: r005 " in status.render(info, "") and "vs leader over 2 run(s); this run " in status.render(info, "")
