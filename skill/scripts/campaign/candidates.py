@@ -222,9 +222,22 @@ def new(campaign: Campaign, settings, parent: str, changes: list, lever: str, hy
         record["pod_hooks"] = pod_hooks
     record["gate_config"] = gate_config(baseline, child, settings)
     if projection is not None:
-        record["projection"] = projection
+        record["projection"] = dict(projection, not_modelled=not_modelled(change))
     (directory / RECORD).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
     return record
+
+
+def not_modelled(change: list) -> list:
+    """The arguments and environment variables of ``change`` the projection does not read
+    (``projection.config.READS``): for them its number is the parent's, which says nothing of their effect."""
+    from attune.projection import config as projection_config
+    out = []
+    for item in change:
+        if item.get("arg") and item["arg"] not in projection_config.READS:
+            out.append(item["arg"])
+        elif item.get("env") and item["env"] not in projection_config.READS_ENV:
+            out.append(item["env"])
+    return sorted(set(out))
 
 
 def known_flags(recipe: Recipe):
@@ -269,6 +282,9 @@ def text(record: dict, campaign: Campaign) -> str:
         lines.append("projection: %.1f tokens/s/GPU on %s, memory %s%s" % (
             proj["tokens_per_s_per_gpu"], proj["hardware"], describe_memory(proj),
             "" if proj["fits"] else " (DOES NOT FIT: launched only because of --force)"))
+        if proj.get("not_modelled"):
+            lines.append("projection_not_modelled: %s (the projection reads none of them: for them its number is the "
+                         "parent's, not a prediction)" % ", ".join(proj["not_modelled"]))
     gate = record["gate_config"]
     lines += ["gate_class: %s %s" % (item["name"], item["class"]) for item in gate["changes"]]
     lines += ["warning: the gate will fail this candidate, so it can never lead or ship: %s" % reason

@@ -73,3 +73,19 @@ def test_results_compare_the_projection_with_what_runs_measured(sim):
     assert "Median absolute error" in table and "over 1 run(s)" in table
     line = next(line for line in table.splitlines() if line.startswith("| %s" % row["run"]))
     assert "SIMULATED" in line and "%.1f" % row["projection"]["tokens_per_s_per_gpu"] in line
+
+
+def test_a_candidate_says_which_of_its_changes_the_projection_does_not_model(sim, capsys):
+    """A change the projection reads is a prediction; one it does not read (an environment variable, a flag no term
+    of the model uses) leaves the parent's number, and the record says so instead of a bare +0.0%."""
+    campaign, _settings, _baseline = sim
+    base = ["candidate", "new", "--campaign", str(campaign.dir), "--parent", "baseline", "--hypothesis", "h"]
+    assert main(*base, "--env", "NCCL_NVLS_ENABLE=0", "--lever", "nvls", "--json") == 0
+    unmodelled = json.loads(capsys.readouterr().out)
+    assert unmodelled["projection"]["not_modelled"] == ["NCCL_NVLS_ENABLE"]
+    assert main(*base, "--set", "tp-comm-overlap", "--lever", "tp-comm-overlap", "--json") == 0
+    modelled = json.loads(capsys.readouterr().out)
+    assert modelled["projection"]["not_modelled"] == []
+    assert modelled["projection"]["tokens_per_s_per_gpu"] != unmodelled["projection"]["tokens_per_s_per_gpu"]
+    assert main(*base, "--set", "manual-gc", "--lever", "manual-gc") == 0
+    assert "projection_not_modelled: --manual-gc (the projection reads none" in capsys.readouterr().out
