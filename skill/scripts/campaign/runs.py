@@ -162,6 +162,11 @@ def _submit(campaign: Campaign, settings, plan: Plan, expected_gpu_hours, gpu, p
     if hooks:  # checked before anything is written
         podhooks.check(hooks)
         podhooks.scripts_dir(settings)
+    if any(hook["name"] == "profiler" for hook in hooks) and Path(recipe.command.program).name in SIMULATED_PROGRAMS:
+        raise CheckFailed("%s runs the SIMULATED workload (%s), which runs no torch.profiler: a profile run would "
+                          "spend GPU-hours and find no trace. Fix: read the bottleneck from `attune project` (the "
+                          "step's compute, exposed communication per kind and bubble) and from the run's metrics"
+                          % (plan.repeat_of or run or "the recipe", Path(recipe.command.program).name))
     snap = snapshot_mod.take(campaign.dir)
     if plan.purpose == "confirm" and snap.ranking.recipe_of(plan.repeat_of).gate == "fail":
         raise CheckFailed("run %s's recipe failed the correctness gate: it can never lead, so a confirmation would "

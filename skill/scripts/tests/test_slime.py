@@ -403,6 +403,20 @@ def test_finalize_json_answers_the_score_the_charge_and_its_warnings(slime_campa
     assert "tokens_per_s_per_gpu: %.1f" % view.tokens in capsys.readouterr().out
 
 
+def test_a_profile_of_the_simulated_workload_is_refused_before_it_spends_anything(slime_campaign, capsys):
+    """The SIMULATED workload runs no torch.profiler: ``launch --profile-of`` (or a ``profiler`` pod hook) on it is
+    refused before a launch row is written or a run id used, naming where the bottleneck can be read instead."""
+    campaign, settings = slime_campaign
+    base = runs.launch_baseline(campaign, settings)["run"]
+    before = campaign.ledger.rows()
+    capsys.readouterr()
+    assert cli.main(["launch", "--campaign", str(campaign.dir), "--profile-of", base]) == 1
+    err = capsys.readouterr().err
+    assert "runs the SIMULATED workload (sim_slime.py), which runs no torch.profiler" in err and "attune project" in err
+    assert campaign.ledger.rows() == before
+    assert sorted(path.name for path in (campaign.dir / "runs").iterdir()) == [base]
+
+
 def test_a_placement_group_never_satisfied_is_torn_down_as_unschedulable(slime_campaign):
     """slime's driver waits for ever, printing its wait every 30 s: those lines are not progress, so past the hang
     limit the run is torn down and triaged unschedulable, the wait its evidence."""
