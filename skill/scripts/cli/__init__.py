@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import json
 import os
 import sys
 from pathlib import Path
@@ -93,19 +94,27 @@ def _main(argv) -> int:
         args.command = list(args.command or []) + program
     try:
         _within_lock(parser, args)
-    except AttuneError as exc:
-        for line in exc.lines():
-            print("attune %s: %s" % (args.verb, line), file=sys.stderr)
-        return exc.exit_code
-    try:
         return args.func(args)
     except AttuneError as exc:
-        for line in exc.lines():
-            print("attune %s: %s" % (args.verb, line), file=sys.stderr)
-        return exc.exit_code
+        return _refused(args, exc)
     except KeyboardInterrupt:
         print("attune %s: interrupted" % args.verb, file=sys.stderr)
         return 130
+
+
+def _refused(args, exc: AttuneError) -> int:
+    """A refusal or an error: its lines on stderr, as always; with ``--json`` also one JSON object on stdout,
+    ``{"error": {"verb", "exit_code", "kind", "message", "fix"}}`` (``fix``: the text after "Fix:", or null), so an
+    agent reading JSON never meets prose alone."""
+    lines = list(exc.lines())
+    for line in lines:
+        print("attune %s: %s" % (args.verb, line), file=sys.stderr)
+    if getattr(args, "json", False):
+        message = " ".join(lines)
+        fix = message.split("Fix: ", 1)[1].strip() if "Fix: " in message else None
+        print(json.dumps({"error": {"verb": args.verb, "exit_code": exc.exit_code, "kind": type(exc).__name__,
+                                    "message": message, "fix": fix}}))
+    return exc.exit_code
 
 
 if __name__ == "__main__":

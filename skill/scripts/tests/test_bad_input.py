@@ -598,3 +598,19 @@ def test_the_real_script_prints_one_line_and_no_traceback(tmp_path):
         lines = proc.stderr.strip().splitlines()
         assert proc.returncode == 2 and len(lines) == 1 and str(named) in lines[0], (argv, proc.stderr)
         assert proc.stdout == ""
+
+
+@pytest.mark.parametrize("verb", config_verbs())
+def test_with_json_a_refusal_answers_in_json_too(verb, tmp_path):
+    """Every verb that reads settings, asked for ``--json`` and refused (here: a campaign folder that is not
+    one), still prints its one stderr line and answers one JSON object on stdout: the error's verb, exit code,
+    kind, message and fix."""
+    where = tmp_path / "not-a-campaign"
+    where.mkdir()
+    (where / "ledger.jsonl").write_bytes(b"\x00\x01 not a ledger\n")
+    code, out, err = attune(verb, "--campaign", where, "--json", *MINIMAL[verb])
+    assert code not in (0, None) and "Traceback" not in err, (verb, code, err)
+    error = json.loads(out.strip().splitlines()[-1])["error"]
+    assert error["verb"] == verb and error["exit_code"] == code and error["message"]
+    assert error["kind"].endswith("Error") or error["kind"] in ("CheckFailed", "IntegrityError")
+    assert error["message"] in " ".join(line.split(": ", 1)[1] for line in err.strip().splitlines())
