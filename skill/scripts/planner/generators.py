@@ -328,8 +328,8 @@ def _gen_log_probs_budget(ctx):
         return []
     train = as_int(ctx.args, "--max-tokens-per-gpu", 0)
     current = ctx.args.get("--log-probs-max-tokens-per-gpu")
-    out = [("log-probs-max-tokens-per-gpu=%d" % (train * k), [("--set", "log-probs-max-tokens-per-gpu=%d" % (train * k))])
-           for k in (2, 4) if train and str(train * k) != current]
+    budgets = [train * k for k in (2, 4) if train and str(train * k) != current]
+    out = [("log-probs-max-tokens-per-gpu=%d" % n, [("--set", "log-probs-max-tokens-per-gpu=%d" % n)]) for n in budgets]
     if current is not None:
         out.append(("log-probs-max-tokens-per-gpu=off", [("--unset", "log-probs-max-tokens-per-gpu")]))
     return out

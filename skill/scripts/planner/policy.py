@@ -67,9 +67,9 @@ NEVER_AGAIN = ("nan_loss", "config_error")  # failure classes no new leader chan
 # communication-overlap levers first, then what spends measured headroom, then the rest in the catalog's order.
 # slime's own levers lead on a slime recipe (the space offers them only there): an RL step's padding of uneven
 # samples and its rollout engines come before the pretraining layout's overlaps
-BLIND_ORDER = ("dynamic-batch-size", "rollout-engine-tp", "sglang-mem-fraction", "slime-offload", "log-probs-max-tokens",
-               "overlap-grad-reduce", "overlap-param-gather", "tp-comm-overlap", "micro-batch-size", "full-recompute",
-               "selective-recompute", "virtual-pipeline")
+BLIND_ORDER = ("dynamic-batch-size", "rollout-engine-tp", "sglang-mem-fraction", "slime-offload",
+               "log-probs-max-tokens", "overlap-grad-reduce", "overlap-param-gather", "tp-comm-overlap",
+               "micro-batch-size", "full-recompute", "selective-recompute", "virtual-pipeline")
 
 
 @dataclasses.dataclass(frozen=True)

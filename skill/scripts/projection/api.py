@@ -78,25 +78,19 @@ def theta_for(gpu: hw.GPU, params: Optional[dict]) -> tuple:
     return theta, info, warnings
 
 
-def _job(args: Mapping, gpus: int, hardware: str, gpus_per_node: Optional[int]) -> tuple:
+def project(args: Mapping, gpus: int, hardware: str, gpus_per_node: Optional[int] = None,
+            only_if_fits: bool = False) -> Optional[dict]:
+    """Project one step of a Megatron-LM job (see the package README for the model). ``only_if_fits``: None, without
+    timing the step, for a job that does not fit (what a sweep asks of every layout)."""
     gpu = hw.get(hardware)
     if gpus_per_node is None:
         gpus_per_node = gpu.gpus_per_node
     if not isinstance(gpus_per_node, int) or isinstance(gpus_per_node, bool) or gpus_per_node <= 0:
         raise ConfigError("gpus-per-node: must be a positive integer, not %r" % (gpus_per_node,))
-    return gpu, gpus_per_node, config.parse(args, gpus, gpu.name, gpus_per_node)
-
-
-def memory_of(args: Mapping, gpus: int, hardware: str, gpus_per_node: Optional[int] = None) -> dict:
-    """The memory half of ``project`` alone (its ``memory`` and the most loaded rank), without the step time: what
-    a sweep asks first of every layout."""
-    gpu, _per_node, job = _job(args, gpus, hardware, gpus_per_node)
-    return memory.memory(job, gpu)
-
-
-def project(args: Mapping, gpus: int, hardware: str, gpus_per_node: Optional[int] = None) -> dict:
-    """Project one step of a Megatron-LM job (see the package README for the model)."""
-    gpu, gpus_per_node, job = _job(args, gpus, hardware, gpus_per_node)
+    job = config.parse(args, gpus, gpu.name, gpus_per_node)
+    mem = memory.memory(job, gpu)
+    if only_if_fits and not mem["fits"]:
+        return None
     try:
         peak = gpu.peak(job.precision)
     except InputError as error:
@@ -106,7 +100,6 @@ def project(args: Mapping, gpus: int, hardware: str, gpus_per_node: Optional[int
     warnings += more
     if job.precision == "fp4":
         warnings.append("FP4 GEMMs use the FP8 efficiency: no usable published FP4 row calibrates them")
-    mem = memory.memory(job, gpu)
     if not mem["fits"]:
         warnings.append("does not fit: %.1f GiB needed on pipeline rank %d, %.1f GiB usable of %.0f GiB HBM"
                         % (mem["total_gib"], mem["rank"], mem["usable_gib"], gpu.hbm_gib))

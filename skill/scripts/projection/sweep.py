@@ -6,11 +6,12 @@ sequence, global batch, precision, the overlap flags) stays as the recipe has it
 the GPUs per node (tensor parallelism stays inside the NVLink domain), PP and CP over powers of two, EP over the
 divisors of the number of experts, ETP over 1 and TP, the micro-batch over 1, 2 and 4, VP from 1 to ``MAX_VP``,
 recompute over none, selective (the core attention) and full (uniform, one layer), in that order, a variant
-left out once a lighter one of the same layout fits (recompute only adds work to the step). Where the layers (with the
-embedding and loss the recipe counts in the split) do not divide by PP x VP, the stages get a hand-written
+left out once a lighter one of the same layout fits (recompute only adds work to the step). Where the layers (with
+the embedding and loss the recipe counts in the split) do not divide by PP x VP, the stages get a hand-written
 ``--pipeline-model-parallel-layout`` balanced by cost the way published recipes write theirs
 (``dataset.balanced_layout``: the output layer and MTP cost their share of the FLOPs, the last stage takes
-fewer decoder layers), as DeepSeek-V3's 61 and Llama-3.1-405B's 126 layers need. Each candidate passes ``attune.core.legality`` and the projection's model-construction checks (the
+fewer decoder layers), as DeepSeek-V3's 61 and Llama-3.1-405B's 126 layers need. Each candidate passes
+``attune.core.legality`` and the projection's model-construction checks (the
 rules ``candidate new`` applies) or is dropped; one the projection says does not fit is kept aside. The error
 band shown beside every projection is the calibration's leave-one-out error on the recipe's GPU (params.json).
 """
@@ -148,8 +149,7 @@ def sweep(args: Mapping, gpus: int, hardware: str, gpus_per_node: Optional[int] 
                 ("misspelled-flag", "no-such-flag", "cuda-device-max-connections")]:
             continue
         try:
-            fits = api.memory_of(candidate, gpus, gpu.name, per_node)["fits"]  # the step is timed only if it fits
-            out = api.project(candidate, gpus, gpu.name, per_node) if fits else None
+            out = api.project(candidate, gpus, gpu.name, per_node, only_if_fits=True)  # timed only if it fits
         except api.ConfigError:
             continue
         legal += 1

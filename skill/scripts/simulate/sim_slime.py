@@ -198,7 +198,8 @@ def run(argv: list, env: dict, out: TextIO, project, config_error=(), sleep: Cal
             printer.advance(WAIT_EVERY_S)
             printer.sleep(max(speed, 0.05))
     mega = {flag: value for flag, value in args.items() if flag not in slime.OWN_FLAGS}
-    samples = lengths(args, 0)
+    per_rollout = [lengths(args, rid) for rid in range(rollouts)]  # each dump file read once
+    samples = per_rollout[0]
     seq = int(_number(args, "--seq-length", float(max(samples) if samples else 4096)))
     mega.update({"--seq-length": str(seq), "--micro-batch-size": str(int(_number(args, "--micro-batch-size", 1.0)))})
     gbs = int(len(samples) / max(1.0, _number(args, "--num-steps-per-rollout", 1.0)))
@@ -250,7 +251,7 @@ def run(argv: list, env: dict, out: TextIO, project, config_error=(), sleep: Cal
     grad_scale = 2.0 if fault == "grad_scale" else 1.0
     step_id = 0
     for rid in range(rollouts):
-        samples = lengths(args, rid)
+        samples = per_rollout[rid]
         trained = sum(samples)
         efficiency = _efficiency(samples, mbs, args, seq)
         actor_train = trained / (tokens_per_s_gpu * shape.actor_gpus * efficiency) * factors[rid]

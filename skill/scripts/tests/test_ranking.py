@@ -406,4 +406,5 @@ def test_status_compares_a_runs_recipe_with_the_leader_as_the_verdict_does(tmp_p
     assert confirm["vs_leader"] == pytest.approx(ranking.relative(recipe.score, ranking.leader))
     assert confirm["recipe_runs"] == 2 and last["r004"]["vs_leader"] == confirm["vs_leader"]
     assert confirm["vs_leader"] != confirm["run_vs_leader"]
-    assert "result: r005 " in status.render(info, "") and "vs leader over 2 run(s); this run " in status.render(info, "")
+    text = status.render(info, "")
+    assert "result: r005 " in text and "vs leader over 2 run(s); this run " in text

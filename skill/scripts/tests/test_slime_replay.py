@@ -84,7 +84,7 @@ def test_a_whole_loop_run_is_gated_on_its_replay_against_the_baselines(campaign,
         gate_mod.gate_campaign_run(made, settings, cand)
     reference = replay(made, settings, base, manifest)
     rerun = replay(made, settings, base, manifest)
-    with pytest.raises(CheckFailed, match="it has no finished one.*--replay-of RUN --rollouts MANIFEST"):
+    with pytest.raises(CheckFailed, match="it has no finished one.*--replay-of RUN --rollouts FILE"):
         gate_mod.gate_campaign_run(made, settings, cand)
     own = replay(made, settings, cand, manifest)
 
