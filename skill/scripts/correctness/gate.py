@@ -319,7 +319,8 @@ def campaign_inputs(rows: list, run: str, campaign) -> Inputs:
 
     base = first_replay(reference["run"])
     fix = ("Fix: freeze the baseline's rollouts (its --save-debug-rollout-data files: `attune rows from-slime`, then "
-           "`attune rows to-slime`), then `attune launch --replay-of RUN --rollouts FILE` (its attune_dump.json) for %s and finalize it")
+           "`attune rows to-slime`), then `attune launch --replay-of RUN --rollouts FILE` (its attune_dump.json) "
+           "for %s and finalize it")
     if base is None:
         raise CheckFailed("run %s is a whole-loop slime run: it is gated on its train-only replay against the "
                           "baseline's, and baseline run %s has no finished replay. %s"
