@@ -8,7 +8,10 @@
    ``skill/scripts/projection/data/published_throughput.csv`` (REAL published measurements; see its
    SOURCES.md and the exclusion rules in ``projection/dataset.py``) and predicts every row from a fit
    without it (leave-one-out). Printed per row: model, GPU, GPUs, measured and predicted
-   tokens/s/GPU, error %; then the median and p90 absolute error, and the leave-one-model-out median.
+   tokens/s/GPU, error %; then the median and p90 absolute error, dense and MoE apart, and the same
+   with every row of the row's model left out together (leave-one-model-out) and with every row of
+   the row's published table, one software release, left out together (leave-one-release-out: a
+   release's own speed-ups and regressions show as error, never as a fit).
 2. **Speed**: ``projection.api.project`` on a DeepSeek-V3-like job on 1,024 GB200 (61 layers, MLA,
    256 experts top-8, TP1 PP8 EP64, MXFP8, GBS 8192): the first (cold) call, then the median, min and
    max of ``--calls`` (100) calls, ``time.perf_counter`` in-process. Goal: well under a second.
@@ -74,12 +77,16 @@ def main(argv=None) -> int:
     else:
         result = calibrate.run()
     fit_s = time.perf_counter() - started
-    loo, lomo = result["loo"], result["leave_one_model_out"]
+    loo, lomo, loro = result["loo"], result["leave_one_model_out"], result["leave_one_release_out"]
     report = {"python": platform.python_version(), "nproc": os.cpu_count(), "rows_used": result["rows_used"],
               "rows_excluded": result["rows_excluded"], "fit_and_loo_s": round(fit_s, 2),
               "loo_median_abs_pct": loo["median_abs_pct"], "loo_p90_abs_pct": loo["p90_abs_pct"],
               "loo_within_10_pct": "%d/%d" % (loo["within_10_pct"], loo["rows"]),
+              "loo_by_kind_median_abs_pct": loo["by_kind"],
               "lomo_median_abs_pct": lomo["median_abs_pct"], "lomo_p90_abs_pct": lomo["p90_abs_pct"],
+              "lomo_by_kind_median_abs_pct": lomo["by_kind"],
+              "loro_median_abs_pct": loro["median_abs_pct"], "loro_p90_abs_pct": loro["p90_abs_pct"],
+              "loro_by_kind_median_abs_pct": loro["by_kind"],
               "loo_by_gpu_median_abs_pct": loo["by_gpu"], "projection": timing(args.calls), "table": loo["table"]}
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)

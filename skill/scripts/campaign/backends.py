@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Optional
 
 from attune.core.errors import InputError
-from attune.core.recipe import Recipe
+from attune.core.recipe import HOST_ENV, Recipe
 
 LOCALRUN = Path(__file__).resolve().parent / "localrun.py"
 
@@ -48,8 +48,22 @@ class Status:
         return out
 
 
+def ambient_training_env(recipe_env: dict, environ=None) -> list:
+    """The variables of ``environ`` (default: this process's) that change what training computes or how fast (those
+    the gate's rules list: NCCL_*, OMP_NUM_THREADS, TORCHDYNAMO_DISABLE, ...) which the recipe does not set, the
+    host's plumbing (``HOST_ENV``) aside: a local run does not inherit them, so its result is its recipe's, as a
+    pod's is, whatever shell launched it (or resumed the campaign)."""
+    from attune.correctness.rules import Rules
+    rules = Rules()
+    environ = os.environ if environ is None else environ
+    return sorted(name for name in environ if name not in recipe_env and name not in HOST_ENV
+                  and rules.get("env", name) is not None)
+
+
 class LocalBackend(object):
-    """A run is ``localrun.py`` as a session leader, with the training command in its group."""
+    """A run is ``localrun.py`` as a session leader, with the training command in its group. Its environment is the
+    launching process's, less the training variables the recipe does not set (``ambient_training_env``), plus the
+    recipe's own."""
 
     name = "local"
 
@@ -62,7 +76,8 @@ class LocalBackend(object):
     def submit(self, run: str, recipe: Recipe, run_dir: Path) -> None:
         if (run_dir / "local.json").exists():
             raise InputError("run %s was submitted already (%s exists)" % (run, run_dir / "local.json"))
-        spec = {"command": recipe.command.text, "env": recipe.env(), "cwd": str(run_dir),
+        env = recipe.env()
+        spec = {"command": recipe.command.text, "env": env, "unset": ambient_training_env(env), "cwd": str(run_dir),
                 "memory_limit_mb": memory_limit_mb(self.settings)}
         (run_dir / "local.json").write_text(json.dumps(spec, indent=2))
         proc = subprocess.Popen([sys.executable, str(LOCALRUN), str(run_dir)], start_new_session=True,

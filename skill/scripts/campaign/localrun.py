@@ -2,10 +2,12 @@
 
     python3 localrun.py RUN_DIR
 
-Reads ``RUN_DIR/local.json`` (``command``, ``env``, ``cwd``), runs the command with bash in this
+Reads ``RUN_DIR/local.json`` (``command``, ``env``, ``unset``, ``cwd``), runs the command with bash in this
 process's group (the backend started this process as a session leader, so tearing the run down
 kills the whole group), sends its output to ``RUN_DIR/log.txt`` and writes ``RUN_DIR/exit.json``
-(``exit_code``, ``started``, ``ended``: seconds since the epoch) when it ends. Standard library only.
+(``exit_code``, ``started``, ``ended``: seconds since the epoch) when it ends. The command's environment is this
+process's without the names in ``unset`` (training variables of the launching shell that the recipe does not set),
+with ``env`` (the recipe's) over it. Standard library only.
 
 While the job runs, it watches the memory its processes hold (the resident set of every process descended from
 this one, read from ``/proc`` once a second). Over ``memory_limit_mb`` (``local.json``; the local backend sets it from
@@ -108,6 +110,8 @@ def main(argv=None):
     with open(os.path.join(run_dir, "local.json")) as handle:
         spec = json.load(handle)
     env = dict(os.environ)
+    for name in spec.get("unset", ()):  # training variables of the launching shell the recipe does not set
+        env.pop(name, None)
     env.update(spec.get("env", {}))
     started = time.time()
     _write_json(os.path.join(run_dir, "started.json"), {"started": started, "pid": os.getpid()})

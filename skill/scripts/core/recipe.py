@@ -26,6 +26,11 @@ from . import files
 from .command import Command
 from .errors import InputError
 
+# the host's plumbing in a job's environment: where its interpreter finds its libraries and which GPUs of a shared
+# host it may use (placement, not numerics). A local run keeps these from the shell that launched it; they are no
+# part of what a run of a recipe is (the SIMULATED workload's identity of a run leaves them out)
+HOST_ENV = ("PYTHONPATH", "LD_LIBRARY_PATH", "CUDA_VISIBLE_DEVICES")
+
 _PLAIN_SAFE = re.compile(r"^[A-Za-z0-9_./:@%+=,-][A-Za-z0-9_./:@%+=, -]*$")
 
 

@@ -21,7 +21,10 @@ regime.
 **Leave-one-out**: each usable row is predicted from a fit on all the other rows (warm-started from
 the full fit), and the error is ``(predicted - measured) / measured`` in tokens/s/GPU. Also reported,
 more pessimistic: leave-one-model-out, where every row of the model (e.g. all 23 Llama-3.1-405B rows
-from five releases) is left out together.
+from five releases) is left out together, and leave-one-release-out, where every row of one published
+table (one software release: Megatron-Bridge 26.04.01, NeMo 25.02, ...) is left out together, so what
+a release changed shows as error rather than being fitted. Each summary gives the median apart for
+dense and MoE models (``by_kind``).
 """
 
 from __future__ import annotations
@@ -143,6 +146,11 @@ def leave_out(problem: Problem, p_full: np.ndarray, groups: np.ndarray, only=Non
     return out
 
 
+def _kind(row) -> str:
+    """``moe`` for a row whose model has experts, else ``dense`` (the two are reported apart)."""
+    return "moe" if int(float(row.args.get("--num-experts") or 0)) > 0 else "dense"
+
+
 def summary(problem: Problem, predicted: np.ndarray) -> dict:
     error = (predicted - problem.measured) / problem.measured * 100
     absolute = np.abs(error)
@@ -157,6 +165,8 @@ def summary(problem: Problem, predicted: np.ndarray) -> dict:
             "within_10_pct": int((absolute <= 10).sum()), "rows": len(rows),
             "by_gpu": {gpu: round(float(np.median(absolute[[r.gpu == gpu for r in problem.rows]])), 2)
                        for gpu in sorted({r.gpu for r in problem.rows})},
+            "by_kind": {kind: round(float(np.median(absolute[[_kind(r) == kind for r in problem.rows]])), 2)
+                        for kind in sorted({_kind(r) for r in problem.rows})},
             "worst": [rows[i] for i in order[:10]], "table": rows}
 
 
@@ -206,6 +216,9 @@ def run(csv_path: Path = dataset.CSV, loo: bool = True, superseded: bool = False
         models = np.array([row.model for row in rows])
         lomo = summary(problem, leave_out(problem, p, models))
         result["leave_one_model_out"] = {key: value for key, value in lomo.items() if key != "table"}
+        releases = np.array([row.source_id for row in rows])  # one published table (software release) each
+        loro = summary(problem, leave_out(problem, p, releases))
+        result["leave_one_release_out"] = {key: value for key, value in loro.items() if key != "table"}
     return result
 
 
@@ -278,7 +291,10 @@ def main(argv=None) -> int:
     print("loo_median_abs_pct: %.2f" % loo["median_abs_pct"])
     print("loo_p90_abs_pct: %.2f" % loo["p90_abs_pct"])
     print("loo_within_10_pct: %d/%d" % (loo["within_10_pct"], loo["rows"]))
+    print("loo_by_kind_median_abs_pct: %s" % loo["by_kind"])
     print("lomo_median_abs_pct: %.2f" % result["leave_one_model_out"]["median_abs_pct"])
+    print("loro_median_abs_pct: %.2f (%s)" % (result["leave_one_release_out"]["median_abs_pct"],
+                                              result["leave_one_release_out"]["by_kind"]))
     print("in_sample_median_abs_pct: %.2f" % result["in_sample"]["median_abs_pct"])
     print("memory_projected_to_fit: %d/%d" % (result["memory_check"]["projected_to_fit"],
                                               result["memory_check"]["rows"]))

@@ -164,7 +164,7 @@ def _padded_vocab(args: dict, tp: int) -> int:
 
 
 def _run_key(inputs: Inputs, args: dict, env: dict, rules) -> str:
-    listed = {name: env[name] for name in sorted(env) if rules.get("env", name) is not None}
+    listed = {name: env[name] for name in sorted(model.training_env(env, rules))}
     blob = json.dumps({"seed": inputs.seed, "args": {k: str(v) for k, v in sorted(args.items())},
                        "env": listed, "hardware": inputs.hardware, "gpus": inputs.gpus}, sort_keys=True)
     return hashlib.sha256(blob.encode("utf-8")).hexdigest()

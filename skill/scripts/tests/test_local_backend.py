@@ -268,3 +268,34 @@ def test_every_launch_checks_the_rows_where_the_run_reads_them(tmp_path):
     with pytest.raises(InputError, match="ATTUNE_ROWS_SHA256=%s: the rows at .* hash to [0-9a-f]{64}" % sha):
         runs.launch_baseline(campaign, settings)
     assert [r["run"] for r in campaign.ledger.rows() if r["kind"] == "launch"] == [row["run"]]
+
+
+
+def test_a_local_run_takes_its_training_environment_from_its_recipe_not_the_launching_shell(tmp_path, monkeypatch):
+    # a variable that changes what training computes or how fast, set in whatever shell launched (or resumed) the
+    # campaign, must not reach the job: its result would then depend on that shell, not on its recipe
+    script = tmp_path / "dump_env.py"  # the job: writes the environment it was given
+    script.write_text("import json, os\njson.dump(dict(os.environ), open('job_env.json', 'w'))\n")
+    recipe = RECIPE.format(python=sys.executable, script=script).replace("FAKE_MODE: ok", "NCCL_ALGO: Ring")
+    assert "NCCL_ALGO: Ring" in recipe
+    monkeypatch.setenv("OMP_NUM_THREADS", "7")
+    monkeypatch.setenv("TORCHDYNAMO_DISABLE", "1")
+    monkeypatch.setenv("NCCL_ALGO", "Tree")
+    monkeypatch.setenv("LD_LIBRARY_PATH", "/opt/attune-test-lib")  # the host's plumbing: kept
+    monkeypatch.setenv("ATTUNE_TEST_UNLISTED", "kept")  # not a training variable: kept
+    made = local_campaign(tmp_path, recipe, "env-", "env-test")
+    campaign, settings = next(made)
+    try:
+        run = runs.launch_baseline(campaign, settings)["run"]
+        wait(campaign, settings, run, ("succeeded",))
+        job = json.loads((campaign.run_dir(run) / "job_env.json").read_text())
+        assert job["NCCL_ALGO"] == "Ring", "the recipe's value wins"
+        assert "OMP_NUM_THREADS" not in job and "TORCHDYNAMO_DISABLE" not in job
+        assert job["LD_LIBRARY_PATH"] == "/opt/attune-test-lib" and job["ATTUNE_TEST_UNLISTED"] == "kept"
+        assert job["ATTUNE_RUN_ID"] == run
+        spec = json.loads((campaign.run_dir(run) / "local.json").read_text())
+        assert {"OMP_NUM_THREADS", "TORCHDYNAMO_DISABLE"} <= set(spec["unset"]), "what was left out is on record"
+        assert "NCCL_ALGO" not in spec["unset"] and "LD_LIBRARY_PATH" not in spec["unset"]
+    finally:
+        for _ in made:
+            pass

@@ -348,3 +348,15 @@ def test_faults_on_the_local_backend_are_triaged(sim_campaign):
     hung = runs.finalize(campaign, settings, hang, hang_after_s=0.5)
     assert hung["status"] == "timeout" and hung["failure"]["class"] == "hang"
     assert runs.poll(campaign, settings, hang).state == "torn_down"
+
+
+def test_a_run_is_its_recipe_and_seed_not_the_hosts_plumbing(tmp_path):
+    # library paths and the visible GPUs come from whatever shell launched the run: the same recipe and seed print
+    # the same run with or without them; a training variable the recipe sets is another run
+    made = recipe()
+    _, plain, _ = simulate(tmp_path, made, seed=3)
+    _, plumbed, _ = simulate(tmp_path, made, seed=3, env={"LD_LIBRARY_PATH": "/opt/x", "PYTHONPATH": "/opt/y",
+                                                          "CUDA_VISIBLE_DEVICES": "0,1"})
+    _, other, _ = simulate(tmp_path, made, seed=3, env={"NCCL_ALGO": "Ring"})
+    assert plain == plumbed
+    assert plain != other
