@@ -23,10 +23,10 @@ The policy (README.md in this folder has the whole of it):
 2. a candidate that beats the leader is gated, then confirmed (``gate`` before ``confirm``: a gate-failed
    recipe is never confirmed); a run whose failure class is transient is rerun once;
 3. exploration, one change against the current leader, under the projection's own error: its leave-one-out
-   median absolute error of tokens/s/GPU (``projection/params.json`` "loo", projection/README.md: 4.0% over
-   the dense rows, 22.3% over the MoE rows; ``Config.error_median_dense``/``error_median_moe``) is read as a
-   lognormal factor on each configuration's projection, of sd ``lognormal_sd(median)`` (0.059 dense, 0.335
-   MoE; MoE when the leader has ``--num-experts``). A modelled option (the projection reads one of its
+   median absolute error of tokens/s/GPU (``projection/params.json`` "loo" "by_kind", projection/README.md:
+   3.4% over the dense rows, 8.2% over the MoE rows; ``Config.error_median_dense``/``error_median_moe``) is
+   read as a lognormal factor on each configuration's projection, of sd ``lognormal_sd(median)`` (0.051
+   dense, 0.121 MoE; MoE when the leader has ``--num-experts``). A modelled option (the projection reads one of its
    lever's flags: ``projection.config.READS``) of predicted gain g is taken while
    ``P(true gain > band) = 1 - Phi((ln(1 + band) - ln(1 + g)) / sd)`` is at least ``Config.min_probability``
    (0.2), ordered by its expected improvement over the leader ``E[max(0, (1 + g) F - 1)]`` (the lognormal call
@@ -128,11 +128,25 @@ class Config:
     retry_classes: tuple = ("nccl_timeout", "hang", "lost", "unschedulable")  # failure classes worth one rerun
     retest_margin: float = 0.5  # a re-test needs a predicted gain larger by this many bands than before
     recent_evidence: int = 6  # candidates against the leader named as a stop's evidence
-    # The projection's own error (projection/README.md, params.json "loo": leave-one-out median absolute error of
-    # tokens/s/GPU, dense and MoE rows), read as a lognormal factor on every configuration's projection.
-    error_median_dense: float = 0.040
-    error_median_moe: float = 0.223
+    # The projection's own error (projection/README.md, params.json "loo" "by_kind": leave-one-out median absolute
+    # error of tokens/s/GPU, dense and MoE rows), read as a lognormal factor on every configuration's projection.
+    error_median_dense: float = dataclasses.field(default_factory=lambda: projection_error("dense"))
+    error_median_moe: float = dataclasses.field(default_factory=lambda: projection_error("moe"))
     min_probability: float = 0.2  # an option is worth a run while P(true gain > band) is at least this
+
+
+# what the projection's leave-one-out error was when params.json had no dense/MoE split (its first fits)
+_ERROR_WITHOUT_SPLIT = {"dense": 0.040, "moe": 0.223}
+
+
+def projection_error(kind: str) -> float:
+    """The projection's leave-one-out median absolute error of tokens/s/GPU over the published ``kind`` rows
+    (``dense`` or ``moe``), as a fraction, from the calibration it projects with (``params.json`` ``loo``
+    ``by_kind``); the figures of its first fits where the file has no split."""
+    from attune.projection import api
+    params = api.load_params() or {}
+    value = ((params.get("loo") or {}).get("by_kind") or {}).get(kind)
+    return float(value) / 100.0 if isinstance(value, (int, float)) and value > 0 else _ERROR_WITHOUT_SPLIT[kind]
 
 
 @dataclasses.dataclass

@@ -30,7 +30,8 @@ from .config import ConfigError
 PARAMS = Path(__file__).resolve().parent / "params.json"
 # Physically plausible starting points, used when params.json is absent and as the fit's priors.
 PRIOR = {"gemm_bf16": 1 / 0.7, "gemm_lp": 1 / 0.55, "expert": 1.0, "gemm_bytes": 1.0, "attn": 1 / 0.5, "elem": 1.0,
-         "launch": 2e-4, "moe": 3e-4, "comm": 1 / 0.7, "a2a": 1 / 0.7}
+         "launch": 2e-4, "moe": 3e-4, "comm": 1 / 0.7, "a2a": 1 / 0.7,
+         "a2a_nccl": 1 / 0.7}
 
 __all__ = ["ConfigError", "project", "theta_for"]
 
@@ -71,6 +72,7 @@ def theta_for(gpu: hw.GPU, params: Optional[dict]) -> tuple:
             "attention_efficiency": 1 / theta["attn"],
             "elementwise_efficiency": 1 / theta["elem"], "comm_efficiency": 1 / theta["comm"],
             "all_to_all_efficiency": 1 / theta["a2a"],
+            "nccl_all_to_all_nvlink_efficiency": 1 / theta["a2a_nccl"],
             "host_s_per_layer": theta["launch"], "moe_s_per_layer": theta["moe"]}
     if params is not None:
         info["fit_date"] = params.get("fit_date")

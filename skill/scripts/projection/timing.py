@@ -16,7 +16,12 @@ efficiencies enter. Per pipeline rank and micro-batch (forward + backward + reco
           max(0, tp - gemm) + 0.1 tp (the first of ~10 pipelined chunks cannot hide)
     cp  = ring K/V bytes / link * th_comm; exposed max(0, cp - attn) (Megatron overlaps the ring with
           the attention blocks)
-    ep  = all-to-all bytes / link * th_comm; exposed: all, or with --overlap-moe-expert-parallel-comm
+    ep  = max(NVLink bytes / NVLink * th_a2a_nvl, NIC bytes / NIC * th_a2a), the two halves of the expert
+          all-to-alls running in parallel; th_a2a_nvl is th_a2a for the flex dispatcher (DeepEP/HybridEP,
+          which fuse the permutation into the transfer) and th_a2a_nccl for alltoall/allgather (NCCL's
+          collective with the permutation, the host sync for the split sizes and the unpermutation around
+          it: measured, the dispatch of these runs inside a node costs an order of magnitude more than its
+          bytes at NVLink speed); exposed: all, or with --overlap-moe-expert-parallel-comm
           max(0, ep - compute) + 0.1 ep (hidden under another micro-batch's compute)
     pp  = send/recv bytes / link * th_comm, exposed
     t_mb = compute + exposed tp + exposed cp + exposed ep + pp
@@ -48,12 +53,12 @@ from .hardware import GPU
 
 KAPPA = 0.1  # share of an overlapped TP / EP transfer that stays exposed (first pipelined chunk)
 OPT_BYTES = 34.0  # per parameter of the local optimizer shard: fp32 master, Adam m and v, grad read
-THETA = ("gemm_bf16", "gemm_lp", "expert", "gemm_bytes", "attn", "elem", "launch", "moe", "comm", "a2a")
+THETA = ("gemm_bf16", "gemm_lp", "expert", "gemm_bytes", "attn", "elem", "launch", "moe", "comm", "a2a", "a2a_nccl")
 RANK_KEYS = ("flops_lp", "flops_hp", "flops_expert", "gemm_bytes", "attn_flops", "elem_bytes", "layers", "moe_layers",
-             "tp_s", "cp_s", "ep_s",
+             "tp_s", "cp_s", "ep_nvl_s", "ep_nic_s",
              "pp_s", "dp_rs_s", "dp_ag_s", "opt_bytes")
 ROW_KEYS = ("peak_lp", "peak_hp", "lowp", "hbm", "m", "pp", "vp", "tp_overlap", "ep_overlap", "overlap_grad",
-            "overlap_param")
+            "overlap_param", "nccl_a2a")
 
 
 def p2p_bw(gpu: GPU, gpus_per_node: int, span: int) -> float:
@@ -71,16 +76,18 @@ def ring_bw(gpu: GPU, gpus_per_node: int, size: int, stride: int) -> float:
     return min(gpu.intra_gbs, k * gpu.inter_gbs) * 1e9
 
 
-def a2a_seconds(job: Job, gpu: GPU, gpus_per_node: int, count: float, tokens: float) -> float:
-    """Seconds of ``count`` expert all-to-alls (or all-gathers) of ``tokens`` local tokens.
+def a2a_seconds(job: Job, gpu: GPU, gpus_per_node: int, count: float, tokens: float) -> tuple:
+    """Seconds of ``count`` expert all-to-alls (or all-gathers) of ``tokens`` local tokens at the datasheet
+    bandwidths, as (over NVLink, over the NIC): the two run in parallel, ``step_time`` takes the longer once each
+    has its efficiency.
 
     ``alltoall``: each GPU sends its ``tokens * topk`` token copies, ``(ep - 1)/ep`` of them away:
-    NVLink to the ``n_in`` EP peers in its node, the NIC to the rest, in parallel. ``flex`` (DeepEP /
+    NVLink to the ``n_in`` EP peers in its node, the NIC to the rest. ``flex`` (DeepEP /
     HybridEP) sends a token once per remote node however many experts it has there: the expected
     number of distinct remote nodes among ``topk`` balanced picks over ``G`` nodes is
     ``(G - 1)(1 - (1 - 1/G)^topk)``. ``allgather`` (Megatron's default) gathers every EP peer's tokens."""
     if job.ep <= 1 or count <= 0:
-        return 0.0
+        return 0.0, 0.0
     token = job.hidden * model.ACT
     inside = max(1, min(job.ep, gpus_per_node // job.etp))
     nodes = -(-job.ep // inside)
@@ -93,7 +100,7 @@ def a2a_seconds(job: Job, gpu: GPU, gpus_per_node: int, count: float, tokens: fl
             nic = tokens * token * (nodes - 1) * (1 - (1 - 1.0 / nodes) ** job.topk)
         else:
             nic = copies * token * (job.ep - inside) / job.ep
-    return count * max(nvlink / (gpu.intra_gbs * 1e9), nic / (gpu.inter_gbs * 1e9))
+    return count * nvlink / (gpu.intra_gbs * 1e9), count * nic / (gpu.inter_gbs * 1e9)
 
 
 def features(job: Job, gpu: GPU, gpus_per_node: int) -> dict:
@@ -146,6 +153,7 @@ def features(job: Job, gpu: GPU, gpus_per_node: int) -> dict:
             acc["gemm_bytes"] += traffic
         if embedding:
             acc["elem_bytes"] += 4.0 * T * h * model.ACT
+        ep_nvl, ep_nic = a2a_seconds(job, gpu, gpus_per_node, acc["ep_count"], T / t)
         dense, expert = model.rank_params(job, rank)
         n_dense, n_exp = job.dp * job.cp, edp
         volume = dense * (n_dense - 1) / n_dense / dense_bw + expert * (n_exp - 1) / n_exp / expert_bw
@@ -159,7 +167,7 @@ def features(job: Job, gpu: GPU, gpus_per_node: int) -> dict:
                   "attn_flops": acc["attn_flops"], "elem_bytes": acc["elem_bytes"], "layers": float(n_layers),
                   "moe_layers": float(sum(moe for moe, _ in layer_kinds)),
                   "tp_s": acc["tp_bytes"] / tp_link, "cp_s": acc["cp_bytes"] / cp_link,
-                  "ep_s": a2a_seconds(job, gpu, gpus_per_node, acc["ep_count"], T / t),
+                  "ep_nvl_s": ep_nvl, "ep_nic_s": ep_nic,
                   "pp_s": (2.0 * job.vp * T * h * model.ACT / (t if job.sp else 1) / pp_link) if job.pp > 1 else 0.0,
                   "dp_rs_s": rs, "dp_ag_s": ag, "opt_bytes": OPT_BYTES * shard}
         for key in RANK_KEYS:
@@ -168,7 +176,8 @@ def features(job: Job, gpu: GPU, gpus_per_node: int) -> dict:
                "lowp": float(lp),
                "hbm": gpu.hbm_tbs * 1e12, "m": float(job.microbatches), "pp": float(job.pp), "vp": float(job.vp),
                "tp_overlap": float(job.tp_overlap), "ep_overlap": float(job.ep_overlap),
-               "overlap_grad": float(job.overlap_grad), "overlap_param": float(job.overlap_param)}
+               "overlap_grad": float(job.overlap_grad), "overlap_param": float(job.overlap_param),
+               "nccl_a2a": float(job.dispatcher != "flex")}
     return {"ranks": ranks, "row": scalars}
 
 
@@ -198,7 +207,8 @@ def step_time(F: dict, theta: dict) -> dict:
     elem = F["elem_bytes"] / F["hbm"][:, None] * col["elem"]
     compute = np.maximum(gemm + attn + elem, F["layers"] * col["launch"]) + F["moe_layers"] * col["moe"]
     tp, cp, pp = (F[key] * col["comm"] for key in ("tp_s", "cp_s", "pp_s"))
-    ep = F["ep_s"] * col["a2a"]
+    nvl = F["ep_nvl_s"] * np.where(F["nccl_a2a"][:, None] > 0, col["a2a_nccl"], col["a2a"])
+    ep = np.maximum(nvl, F["ep_nic_s"] * col["a2a"])
     tp_exposed = np.where(F["tp_overlap"][:, None] > 0, np.maximum(0.0, tp - gemm) + KAPPA * tp, tp)
     cp_exposed = np.maximum(0.0, cp - attn)
     ep_exposed = np.where(F["ep_overlap"][:, None] > 0, np.maximum(0.0, ep - compute) + KAPPA * ep, ep)
