@@ -176,10 +176,16 @@ def describe_memory(projection: dict) -> str:
 
 
 def new(campaign: Campaign, settings, parent: str, changes: list, lever: str, hypothesis: str,
-        gpu: str = None, pod_hooks: list = None, force: bool = False, leave_out_of: str = None) -> dict:
+        gpu: str = None, pod_hooks: list = None, force: bool = False, leave_out_of: str = None,
+        gate_will_fail: bool = False, draft: bool = False) -> dict:
     """Check and write a candidate; return its record. Nothing is written when a check fails. With
     ``leave_out_of`` (a candidate run on ``parent``'s lineage) the change is that run's, undone (``leave_out``),
-    and ``changes`` must be empty; the record says ``leave_out``."""
+    and ``changes`` must be empty; the record says ``leave_out``.
+
+    A candidate the gate's configuration check will fail against the baseline (it could never lead or ship) is
+    refused, unless ``gate_will_fail`` (a fault check that means to spend GPU time on it); one the projection says
+    does not fit is refused unless ``force``. ``draft``: every check is made and the record answered (``run`` None,
+    ``draft`` true) with nothing written and no run id used, whatever the two verdicts."""
     if not lever or not lever.strip():
         raise InputError("--lever is empty: name the one lever this candidate tries (levers.md)")
     if not hypothesis or not hypothesis.strip():
@@ -206,6 +212,21 @@ def new(campaign: Campaign, settings, parent: str, changes: list, lever: str, hy
         raise InputError("; ".join(problems))
     legality.require(child, gpu, trusted=baseline.args(), what="the candidate", known=known_flags(child))
     projection = projected(child, gpu)
+    gate = gate_config(baseline, child, settings)
+    if draft:
+        record = {"run": None, "draft": True, "parent": parent, "change": change, "lever": lever.strip(),
+                  "hypothesis": hypothesis.strip(), "gpus": child.gpus(), "gate_config": gate}
+        if leave_out_of:
+            record["leave_out"] = leave_out_of
+        if projection is not None:
+            record["projection"] = dict(projection, not_modelled=not_modelled(change))
+        return record
+    if not gate["passes"] and not gate_will_fail:
+        raise CheckFailed("the gate's configuration check will fail this candidate against the baseline, so it could "
+                          "never lead or ship: %s. Nothing written, no run id used. Fix: change only what the gate "
+                          "classes placement or swap (`attune candidate new ... --draft` shows each change's "
+                          "class), or --gate-will-fail to spend GPU time on it anyway (a fault check)"
+                          % "; ".join(gate["reasons"]))
     if projection is not None and not projection["fits"] and not force:
         raise CheckFailed("the projection says the candidate does not fit in GPU memory on %s: %s. Fix: choose a "
                           "lever that fits the headroom, or --force to spend GPU time on it anyway"
@@ -220,7 +241,7 @@ def new(campaign: Campaign, settings, parent: str, changes: list, lever: str, hy
         record["leave_out"] = leave_out_of
     if pod_hooks:
         record["pod_hooks"] = pod_hooks
-    record["gate_config"] = gate_config(baseline, child, settings)
+    record["gate_config"] = gate
     if projection is not None:
         record["projection"] = dict(projection, not_modelled=not_modelled(change))
     (directory / RECORD).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
@@ -272,8 +293,11 @@ def launch_fields(record: dict) -> dict:
 def text(record: dict, campaign: Campaign) -> str:
     """A candidate record as ``attune candidate new`` prints it: the run, its recipe, parent, lever and change,
     the projection, the gate's class of each change and what the gate will refuse."""
-    lines = ["run: %s" % record["run"], "recipe: %s" % (campaign.run_dir(record["run"]) / "recipe.yaml"),
-             "parent: %s" % record["parent"], "lever: %s" % record["lever"], "gpus: %d" % record["gpus"]]
+    if record.get("draft"):
+        lines = ["draft: nothing written, no run id used"]
+    else:
+        lines = ["run: %s" % record["run"], "recipe: %s" % (campaign.run_dir(record["run"]) / "recipe.yaml")]
+    lines += ["parent: %s" % record["parent"], "lever: %s" % record["lever"], "gpus: %d" % record["gpus"]]
     lines += ["leave_out: %s" % record["leave_out"]] if "leave_out" in record else []
     lines += ["change: %s" % results_mod.describe_change(item) for item in record["change"]]
     lines += ["pod_hook: %s" % podhooks.describe(hook) for hook in record.get("pod_hooks", ())]
@@ -281,12 +305,14 @@ def text(record: dict, campaign: Campaign) -> str:
         proj = record["projection"]
         lines.append("projection: %.1f tokens/s/GPU on %s, memory %s%s" % (
             proj["tokens_per_s_per_gpu"], proj["hardware"], describe_memory(proj),
-            "" if proj["fits"] else " (DOES NOT FIT: launched only because of --force)"))
+            "" if proj["fits"] else " (DOES NOT FIT: %s)" % ("written only because of --force" if not record.get("draft")
+                                                             else "refused without --force")))
         if proj.get("not_modelled"):
             lines.append("projection_not_modelled: %s (the projection reads none of them: for them its number is the "
                          "parent's, not a prediction)" % ", ".join(proj["not_modelled"]))
     gate = record["gate_config"]
     lines += ["gate_class: %s %s" % (item["name"], item["class"]) for item in gate["changes"]]
-    lines += ["warning: the gate will fail this candidate, so it can never lead or ship: %s" % reason
+    lines += ["warning: the gate will fail this candidate, so it can never lead or ship: %s%s"
+              % (reason, "" if record.get("draft") else " (written only because of --gate-will-fail)")
               for reason in gate["reasons"]]
     return "\n".join(lines)

@@ -33,6 +33,12 @@ def _candidate_arguments(p) -> None:
                    help="run the candidate through this in-pod hook (scripts/pod_hooks/README.md); repeatable")
     p.add_argument("--force", action="store_true",
                    help="write the candidate even when the projection says it does not fit in GPU memory")
+    p.add_argument("--gate-will-fail", action="store_true",
+                   help="write the candidate even though the gate's configuration check will fail it against the "
+                        "baseline (it can never lead or ship: a fault check)")
+    p.add_argument("--draft", action="store_true",
+                   help="make every check and answer the record (run null) without writing anything or using a "
+                        "run id")
 
 
 @verb("candidate", "candidate new: write a one-change candidate (recipe and record) under runs/<id>/ after "
@@ -45,7 +51,8 @@ def cmd_candidate(args) -> int:
     given = (args.set or (), args.unset or (), args.env or (), args.unset_env or ())
     changes = candidates.parse_changes(*given) if any(given) or not args.leave_out else []
     record = candidates.new(campaign, settings, args.parent, changes, args.lever, args.hypothesis, args.gpu,
-                            podhooks.parse(args.pod_hook), force=args.force, leave_out_of=args.leave_out)
+                            podhooks.parse(args.pod_hook), force=args.force, leave_out_of=args.leave_out,
+                            gate_will_fail=args.gate_will_fail, draft=args.draft)
     emit(args, record, candidates.text(record, campaign))
     return EXIT_OK
 

@@ -32,7 +32,8 @@ def wait(campaign, settings, run, states, timeout=30.0):
 
 def candidate(campaign, mode):
     assert cli.main(["candidate", "new", "--campaign", str(campaign.dir), "--parent", "baseline",
-                     "--env", "FAKE_MODE=%s" % mode, "--lever", "other: FAKE_MODE", "--hypothesis", mode]) == 0
+                     "--env", "FAKE_MODE=%s" % mode, "--lever", "other: FAKE_MODE", "--hypothesis", mode,
+                     "--gate-will-fail"]) == 0
     return sorted(os.listdir(campaign.dir / "runs"))[-1]
 
 
@@ -171,7 +172,7 @@ def test_a_candidate_runs_through_its_pod_hooks(campaign):
     campaign, settings = campaign
     runs.launch_baseline(campaign, settings)
     assert cli.main(["candidate", "new", "--campaign", str(campaign.dir), "--parent", "baseline", "--env",
-                     "FAKE_TAG=hooks", "--lever", "other: FAKE_TAG", "--hypothesis", "hooks",
+                     "FAKE_TAG=hooks", "--lever", "other: FAKE_TAG", "--hypothesis", "hooks", "--gate-will-fail",
                      "--pod-hook", "gpu_facts", "--pod-hook", "nccl_debug:level=WARN,subsys=INIT"]) == 0
     run = sorted(os.listdir(campaign.dir / "runs"))[-1]
     record = json.loads((campaign.run_dir(run) / "candidate.json").read_text())

@@ -24,7 +24,7 @@ RECIPE = (DATA / "recipes" / "local_fake_megatron.yaml").read_text()
 
 def _candidate(campaign, *change):
     assert cli.main(["candidate", "new", "--campaign", str(campaign.dir), "--parent", "baseline", *change,
-                     "--hypothesis", "a test"]) == EXIT_OK
+                     "--hypothesis", "a test", "--gate-will-fail"]) == EXIT_OK
     return sorted(os.listdir(campaign.dir / "runs"))[-1]
 
 

@@ -424,7 +424,8 @@ def test_a_placement_group_never_satisfied_is_torn_down_as_unschedulable(slime_c
     campaign, settings = slime_campaign
     runs.launch_baseline(campaign, settings)
     assert cli.main(["candidate", "new", "--campaign", str(campaign.dir), "--parent", "baseline", "--env",
-                     "ATTUNE_SIM_FAULT=placement", "--lever", "other: ATTUNE_SIM_FAULT", "--hypothesis", "h"]) == 0
+                     "ATTUNE_SIM_FAULT=placement", "--lever", "other: ATTUNE_SIM_FAULT", "--hypothesis", "h",
+                     "--gate-will-fail"]) == 0
     run = sorted(path.name for path in (campaign.dir / "runs").iterdir())[-1]
     runs.launch_candidate(campaign, settings, run)
     wait(campaign, settings, run, ("running",))

@@ -47,7 +47,7 @@ def finish(made, settings, row) -> str:
 
 def candidate(made, settings, *change) -> str:
     assert cli.main(["candidate", "new", "--campaign", str(made.dir), "--parent", "baseline", "--set", *change,
-                     "--lever", "other: --%s" % change[0].split("=")[0], "--hypothesis", "h"]) == 0
+                     "--lever", "other: --%s" % change[0].split("=")[0], "--hypothesis", "h", "--gate-will-fail"]) == 0
     run = sorted(path.name for path in (made.dir / "runs").iterdir())[-1]
     return finish(made, settings, runs.launch_candidate(made, settings, run))
 
