@@ -149,11 +149,9 @@ def gate_config(baseline, child, settings) -> dict:
             "changes": [{"name": row["name"], "kind": row["kind"], "class": row["class"]} for row in found["changes"]]}
 
 
-def projected(recipe, hardware: str = None) -> Optional[dict]:
-    """The projection of ``recipe`` on ``hardware`` (the recipe's ATTUNE_SIM_HARDWARE when not given), as the
-    ledger keeps it; None when no hardware is known, and for a slime recipe (the projection times a pretraining
-    step, not an RL step: rollout, log-probs and training on uneven samples). An illegal layout is an InputError
-    naming the rule."""
+def projected_full(recipe, hardware: str = None) -> Optional[dict]:
+    """``projection.api.project`` of ``recipe`` on ``hardware`` (the recipe's ATTUNE_SIM_HARDWARE when not given), its
+    GPU count and GPUs per node as the recipe's environment or worker groups give them; None as ``projected``."""
     hardware = hardware or recipe.env().get("ATTUNE_SIM_HARDWARE")
     if not hardware or slime.is_slime(recipe.command.program, recipe.args()):
         return None
@@ -161,7 +159,17 @@ def projected(recipe, hardware: str = None) -> Optional[dict]:
     env = recipe.env()
     per_node = env.get("ATTUNE_SIM_GPUS_PER_NODE")
     gpus = int(env["ATTUNE_SIM_GPUS"]) if env.get("ATTUNE_SIM_GPUS", "").isdigit() else recipe.gpus()
-    out = project(recipe.args(), gpus, hardware, int(per_node) if per_node and per_node.isdigit() else None)
+    return project(recipe.args(), gpus, hardware, int(per_node) if per_node and per_node.isdigit() else None)
+
+
+def projected(recipe, hardware: str = None) -> Optional[dict]:
+    """The projection of ``recipe`` on ``hardware`` (the recipe's ATTUNE_SIM_HARDWARE when not given), as the
+    ledger keeps it; None when no hardware is known, and for a slime recipe (the projection times a pretraining
+    step, not an RL step: rollout, log-probs and training on uneven samples). An illegal layout is an InputError
+    naming the rule."""
+    out = projected_full(recipe, hardware)
+    if out is None:
+        return None
     mem = out["memory"]
     return {"hardware": out["hardware"], "gpus": out["gpus"], "tokens_per_s_per_gpu": out["tokens_per_s_per_gpu"],
             "step_s": out["time"]["step_s"], "mfu": out["mfu"], "memory_gib": mem["total_gib"],

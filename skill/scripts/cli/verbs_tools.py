@@ -131,6 +131,24 @@ def _profile_arguments(p) -> None:
                         "launches and idle, per ProfilerStep, with the three largest differences explained")
 
 
+def _diagnose_arguments(p) -> None:
+    p.add_argument("run", metavar="RUN", help="a launched run of the campaign (the leader, usually)")
+    p.add_argument("--gpu", help="GPU model for the projection (h100, b200, ...; default: the recipe's "
+                                 "ATTUNE_SIM_HARDWARE)")
+
+
+@verb("diagnose", "what bounds a run's step time, from the profile, the log's timers, the projection's breakdown, "
+                  "the triage history and the catalog, in that order; says which sources it had",
+      arguments=_diagnose_arguments)
+def cmd_diagnose(args) -> int:
+    from . import diagnose as diagnose_mod
+    campaign = campaign_mod.Campaign(campaign_dir(args))
+    campaign.require_ledger()
+    result = diagnose_mod.diagnose(campaign, campaign_settings(args, campaign), args.run, args.gpu)
+    emit(args, result, diagnose_mod.text(result))
+    return EXIT_OK
+
+
 @verb("profile", "analyze torch.profiler traces: step time, GPU time breakdown, exposed communication, bubbles, "
                  "launch overhead, memory, stragglers, and a ranked diagnosis (exit 2 for a file that is not a trace, "
                  "or traces without an event; a trace cut short gives a partial result); --diff A B compares two "

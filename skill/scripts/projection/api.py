@@ -120,6 +120,7 @@ def project(args: Mapping, gpus: int, hardware: str, gpus_per_node: Optional[int
                                              "breakdown_gib")},
         "time": {"step_s": step, "compute_s": scalar(out["compute"]), "comm_s": comm,
                  "exposed_comm_s": scalar(out["exposed_mb"]) + scalar(out["exposed_dp"]),
+                 "exposed_s": {kind: scalar(value) for kind, value in out["exposed"].items()},
                  "bubble_s": scalar(out["bubble"]),
                  "parts_s": {key: scalar(value) for key, value in out["parts"].items()}},
         "tokens_per_s_per_gpu": tokens_per_s,

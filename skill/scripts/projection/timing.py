@@ -230,5 +230,7 @@ def step_time(F: dict, theta: dict) -> dict:
             "exposed_dp": rs_exposed + ag_exposed, "crit_rank": crit_rank,
             "comm": {"tp": m * pick(tp), "cp": m * pick(cp), "ep": m * pick(ep), "pp": m * pick(pp),
                      "dp_reduce_scatter" : rs, "dp_all_gather": ag},
+            "exposed": {"tp": m * pick(tp_exposed), "cp": m * pick(cp_exposed), "ep": m * pick(ep_exposed),
+                        "pp": m * pick(pp), "dp": rs_exposed + ag_exposed},
             "parts": {"gemm": m * pick(gemm), "attention": m * pick(attn), "elementwise": m * pick(elem),
                       "optimizer": optimizer}}
