@@ -332,7 +332,7 @@ MINIMAL = {
                   "--hypothesis", "h"],
     "launch": ["--baseline"], "poll": ["r001"], "finalize": ["r001"], "teardown": ["r001"], "topology": ["r001"],
     "kube": ["pods", "r001"],
-    "gate": ["--run", "r006"], "profile": ["--run", "r001"], "report": [], "doctor": [],
+    "gate": ["--run", "r006"], "diagnose": ["r001"], "profile": ["--run", "r001"], "report": [], "doctor": [],
 }
 # help words of an argument that names a file; those that do but are not read are listed with why
 FILE_WORDS = re.compile(r"\b(file|folder|director(y|ies)|log|yaml)\b|\.(ya?ml|json|parquet|pt|md)\b", re.I)

@@ -18,7 +18,7 @@ from attune import cli
 from attune.core.errors import EXIT_CODES
 
 VERBS = ["init", "settings", "doctor", "verify", "rank", "status", "budget", "stop", "note", "lesson", "metrics", "candidate", "project",
-         "launch", "poll", "finalize", "teardown", "kube", "topology", "gate", "profile", "report", "rows"]
+         "launch", "poll", "finalize", "teardown", "kube", "topology", "gate", "diagnose", "profile", "report", "rows"]
 
 
 @pytest.fixture(scope="module")
