@@ -37,8 +37,10 @@ def main(argv=None) -> int:
     parser.add_argument("--hardware", default="H100")
     parser.add_argument("--top", type=int, default=5)
     parser.add_argument("--gbs", type=int, default=8192, help="global batch size (8192)")
+    parser.add_argument("--dispatcher", default="alltoall", choices=["alltoall", "flex", "allgather"],
+                        help="the MoE token dispatcher (alltoall; the published GB200 recipes use flex)")
     args = parser.parse_args(argv)
-    recipe = dict(DEEPSEEK_V3, **{"--global-batch-size": str(args.gbs)})
+    recipe = dict(DEEPSEEK_V3, **{"--global-batch-size": str(args.gbs), "--moe-token-dispatcher-type": args.dispatcher})
     start = time.perf_counter()
     result = sweep.sweep(recipe, args.gpus, args.hardware, top=args.top)
     seconds = time.perf_counter() - start
