@@ -48,16 +48,20 @@ class Status:
         return out
 
 
+SIMULATOR_ENV = "ATTUNE_SIM_"  # the SIMULATED workload's inputs (hardware, seed, fault, speed): the recipe's own
+
+
 def ambient_training_env(recipe_env: dict, environ=None) -> list:
     """The variables of ``environ`` (default: this process's) that change what training computes or how fast (those
-    the gate's rules list: NCCL_*, OMP_NUM_THREADS, TORCHDYNAMO_DISABLE, ...) which the recipe does not set, the
-    host's plumbing (``HOST_ENV``) aside: a local run does not inherit them, so its result is its recipe's, as a
-    pod's is, whatever shell launched it (or resumed the campaign)."""
+    the gate's rules list: NCCL_*, OMP_NUM_THREADS, TORCHDYNAMO_DISABLE, ...; and the SIMULATED workload's
+    ``ATTUNE_SIM_*`` inputs) which the recipe does not set, the host's plumbing (``HOST_ENV``) aside: a local run
+    does not inherit them, so its result is its recipe's, as a pod's is, whatever shell launched it (or resumed
+    the campaign)."""
     from attune.correctness.rules import Rules
     rules = Rules()
     environ = os.environ if environ is None else environ
     return sorted(name for name in environ if name not in recipe_env and name not in HOST_ENV
-                  and rules.get("env", name) is not None)
+                  and (rules.get("env", name) is not None or name.startswith(SIMULATOR_ENV)))
 
 
 class LocalBackend(object):

@@ -284,6 +284,7 @@ def test_a_local_run_takes_its_training_environment_from_its_recipe_not_the_laun
     monkeypatch.setenv("NCCL_ALGO", "Tree")
     monkeypatch.setenv("LD_LIBRARY_PATH", "/opt/attune-test-lib")  # the host's plumbing: kept
     monkeypatch.setenv("ATTUNE_TEST_UNLISTED", "kept")  # not a training variable: kept
+    monkeypatch.setenv("ATTUNE_SIM_FAULT", "hang")  # the SIMULATED workload's inputs are the recipe's too
     made = local_campaign(tmp_path, recipe, "env-", "env-test")
     campaign, settings = next(made)
     try:
@@ -291,7 +292,7 @@ def test_a_local_run_takes_its_training_environment_from_its_recipe_not_the_laun
         wait(campaign, settings, run, ("succeeded",))
         job = json.loads((campaign.run_dir(run) / "job_env.json").read_text())
         assert job["NCCL_ALGO"] == "Ring", "the recipe's value wins"
-        assert "OMP_NUM_THREADS" not in job and "TORCHDYNAMO_DISABLE" not in job
+        assert "OMP_NUM_THREADS" not in job and "TORCHDYNAMO_DISABLE" not in job and "ATTUNE_SIM_FAULT" not in job
         assert job["LD_LIBRARY_PATH"] == "/opt/attune-test-lib" and job["ATTUNE_TEST_UNLISTED"] == "kept"
         assert job["ATTUNE_RUN_ID"] == run
         spec = json.loads((campaign.run_dir(run) / "local.json").read_text())
