@@ -1,6 +1,7 @@
 """End to end with the real Claude Code CLI (pinned 2.1.332) against a scripted model on loopback.
 
-The scripted model tries a forbidden kubectl command and an edit of the ledger (the guard denies
+The scripted model loads the skill (Claude Code must expand ``${CLAUDE_SKILL_DIR}`` in what reaches the model),
+asks which `attune` it runs (the campaign's own), tries a forbidden kubectl command and an edit of the ledger (the guard denies
 both), tries to stop early (the Stop hook blocks, with its reason), runs `attune` verbs on the local
 backend (a baseline run of a fake Megatron-LM process, finalized), records a stop with evidence,
 writes the report, and is then allowed to finish. The test asserts on what the hooks decided, on
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -48,6 +50,10 @@ def test_real_claude_code_is_kept_in_bounds_and_stops_only_when_the_campaign_is_
     baseline.write_text(RECIPE.format(python=sys.executable, script=FAKE_MEGATRON))
     run = "e2e-r001"
     script = [
+        # the skill, as the agent loads it: Claude Code expands ${CLAUDE_SKILL_DIR} in its body
+        [tool("Skill", skill="attune")],
+        # the agent's `attune` is the campaign's (its read-only skill copy and the frozen interpreter)
+        [tool("Bash", command="command -v attune", description="which attune")],
         [text("Checking the cluster."), tool("Bash", command="kubectl delete rayjob someone-elses-job",
                                              description="delete")],
         [tool("Write", file_path=str(campaign / "ledger.jsonl"), content="{}\n")],
@@ -77,10 +83,14 @@ def test_real_claude_code_is_kept_in_bounds_and_stops_only_when_the_campaign_is_
     assert "finished: yes" in out
     # what reached the model
     assert len(api.requests) == len(script), [api.texts(i)[-300:] for i in range(len(api.requests))]
-    denied_kubectl = api.texts(1)
+    skill = api.texts(1)
+    assert "${CLAUDE_SKILL_DIR}" not in skill, "the skill's body reached the model unexpanded"
+    assert re.search(re.escape(str(campaign)) + r"/\S*skill\S*/past_tuning_projects/", skill), skill[-2000:]
+    assert str(campaign / ".attune" / "bin" / "attune") in api.texts(2)
+    denied_kubectl = api.texts(3)
     assert "PreToolUse:Bash hook error" in denied_kubectl and "kubectl is not needed" in denied_kubectl
-    assert "PreToolUse:Write hook error" in api.texts(2)
-    stop_feedback = api.texts(3)
+    assert "PreToolUse:Write hook error" in api.texts(4)
+    stop_feedback = api.texts(5)
     assert "Stop hook" in stop_feedback and "attune stop --reason" in stop_feedback
     # the session's record
     sessions = [json.loads(line) for line in (campaign / ".attune" / "sessions.jsonl").read_text().splitlines()]
