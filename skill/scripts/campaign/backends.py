@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Optional
 
 from attune.core.errors import InputError
-from attune.core.recipe import HOST_ENV, Recipe
+from attune.core.recipe import Recipe
 
 LOCALRUN = Path(__file__).resolve().parent / "localrun.py"
 
@@ -54,14 +54,13 @@ SIMULATOR_ENV = "ATTUNE_SIM_"  # the SIMULATED workload's inputs (hardware, seed
 def ambient_training_env(recipe_env: dict, environ=None) -> list:
     """The variables of ``environ`` (default: this process's) that change what training computes or how fast (those
     the gate's rules list: NCCL_*, OMP_NUM_THREADS, TORCHDYNAMO_DISABLE, ...; and the SIMULATED workload's
-    ``ATTUNE_SIM_*`` inputs) which the recipe does not set, the host's plumbing (``HOST_ENV``) aside: a local run
+    ``ATTUNE_SIM_*`` inputs) which the recipe does not set, the host's plumbing (``core.recipe.HOST_ENV``) aside: a local run
     does not inherit them, so its result is its recipe's, as a pod's is, whatever shell launched it (or resumed
     the campaign)."""
-    from attune.correctness.rules import Rules
-    rules = Rules()
+    from attune.correctness.rules import Rules, training_env
     environ = os.environ if environ is None else environ
-    return sorted(name for name in environ if name not in recipe_env and name not in HOST_ENV
-                  and (rules.get("env", name) is not None or name.startswith(SIMULATOR_ENV)))
+    outside = [name for name in environ if name not in recipe_env]
+    return sorted(set(training_env(outside, Rules())) | {name for name in outside if name.startswith(SIMULATOR_ENV)})
 
 
 class LocalBackend(object):

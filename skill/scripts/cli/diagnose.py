@@ -24,7 +24,7 @@ import statistics
 from pathlib import Path
 from typing import Optional
 
-from attune.campaign import candidates, runs as runs_mod
+from attune.campaign import candidates, logview, runs as runs_mod
 from attune.core import levers as levers_mod, logparse
 from attune.core.errors import AttuneError, InputError
 from attune.core.recipe import Recipe
@@ -49,7 +49,7 @@ TIMER_BOTTLENECK = {
 PROJECTED_BOTTLENECK = {"tp": "exposed_tp_communication", "cp": "exposed_cp_communication",
                         "ep": "exposed_all_to_all", "pp": "exposed_pipeline_communication",
                         "dp": "exposed_dp_communication"}
-EXTRA_LEVERS = {"optimizer_step": ["distributed-optimizer"], "compute": ["fp8", "selective-recompute",
+EXTRA_LEVERS = {"optimizer_step": ["distributed-optimizer"], "compute": ["fp8-training", "selective-recompute",
                                                                           "micro-batch-size"]}
 
 
@@ -174,9 +174,11 @@ def diagnose(campaign, settings, run: str, gpu: Optional[str] = None) -> dict:
     log = run_dir / "log.txt"
     parsed = logparse.parse_file(log) if log.is_file() else None
     step_ms = None
-    if parsed is not None:
-        timed = [s["elapsed_ms"] for s in logparse.last_run(parsed)[0] if isinstance(s.get("elapsed_ms"), float)]
-        step_ms = statistics.median(timed) if timed else None
+    if parsed is not None:  # the step time as ranking scores it: the median of the scoring window
+        step_ms = logview.window(parsed)["median_step_ms"]
+        if step_ms is None:  # a log short of the window: every timed step of its last run
+            timed = [s["elapsed_ms"] for s in logparse.last_run(parsed)[0] if isinstance(s.get("elapsed_ms"), float)]
+            step_ms = statistics.median(timed) if timed else None
         more, sources["timers"] = _timers(parsed, step_ms)
         found += more
     else:

@@ -38,6 +38,7 @@ import yaml
 
 from attune.core import files
 from attune.core.errors import InputError
+from attune.core.recipe import HOST_ENV
 
 RULES_FILE = Path(__file__).resolve().parent / "rules" / "numerics_list.yaml"
 CLASSES = ("numeric", "fixed", "placement", "swap")
@@ -85,6 +86,12 @@ class Rule:
 
 UNLISTED = Rule(name="", kind="", cls="numeric", reason="not in the rules: an unlisted argument counts as numeric",
                 source="PROTOCOL.md §2", origin="default")
+
+
+def training_env(names, rules: "Rules") -> list:
+    """Those of ``names`` (environment variable names) that are part of what a training run is: the ones the rules
+    list, less the host's plumbing (``core.recipe.HOST_ENV``: library paths, visible GPUs)."""
+    return [name for name in names if name not in HOST_ENV and rules.get("env", name) is not None]
 
 
 def unlisted_reason(kind: str, name: str) -> str:

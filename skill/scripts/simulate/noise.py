@@ -17,7 +17,7 @@ import math
 import random
 from typing import Mapping, Optional
 
-from attune.core.recipe import HOST_ENV
+from attune.correctness.rules import training_env
 
 # From `python3 skill/scripts/simulate/fit_golden.py $ATTUNE_CORPUS_DIR/megatron_golden` (rounded as printed).
 FIT = {
@@ -72,12 +72,6 @@ def _text(value) -> str:
     return "true" if value is True else str(value)
 
 
-def training_env(env: Mapping, rules) -> list:
-    """The names in ``env`` that are part of what a run is: those the gate's rules list, less the host's plumbing
-    (``HOST_ENV``: library paths, visible GPUs), which a local run keeps from whatever shell launched it."""
-    return [name for name in env if name not in HOST_ENV and rules.get("env", name) is not None]
-
-
 def keys(args: Mapping, env: Mapping, rules) -> dict:
     """What decides each part of the loss, as text keys (``LEVELS`` plus ``data``).
 
@@ -87,7 +81,8 @@ def keys(args: Mapping, env: Mapping, rules) -> dict:
     draws); placement with ``exact: false`` and swaps into ``order`` (kernels and reduction order);
     the fixed arguments alone into ``data`` (the data order every run of the workload shares).
     ``exact: true`` placement changes nothing. An argument set to its rule's default counts as unset.
-    Environment variables count only when the rules list them (``training_env``)."""
+    Environment variables count only when the rules list them, the host's plumbing aside
+    (``correctness.rules.training_env``)."""
     parts = {"numeric": [], "init": [], "order": [], "data": []}
     items = [("arg", name, value) for name, value in args.items()]
     items += [("env", name, env[name]) for name in sorted(training_env(env, rules))]

@@ -43,7 +43,7 @@ if __package__ in (None, ""):  # run as a file: load the attune package from thi
 from attune.core.command import Command  # noqa: E402
 from attune.core.errors import InputError  # noqa: E402
 from attune.core.legality import BLACKWELL  # noqa: E402
-from attune.correctness.rules import Rules  # noqa: E402
+from attune.correctness.rules import Rules, training_env  # noqa: E402
 from attune.simulate import megatron_text as text, noise as model  # noqa: E402
 
 LABEL = "SIMULATED"
@@ -164,7 +164,7 @@ def _padded_vocab(args: dict, tp: int) -> int:
 
 
 def _run_key(inputs: Inputs, args: dict, env: dict, rules) -> str:
-    listed = {name: env[name] for name in sorted(model.training_env(env, rules))}
+    listed = {name: env[name] for name in sorted(training_env(env, rules))}
     blob = json.dumps({"seed": inputs.seed, "args": {k: str(v) for k, v in sorted(args.items())},
                        "env": listed, "hardware": inputs.hardware, "gpus": inputs.gpus}, sort_keys=True)
     return hashlib.sha256(blob.encode("utf-8")).hexdigest()
