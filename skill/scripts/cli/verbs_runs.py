@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
+from typing import Optional
 
 from attune.campaign import ledger as campaign_mod, podhooks
 from attune.core.errors import EXIT_CHECK_FAILED, EXIT_OK, CheckFailed, InputError
@@ -68,6 +69,10 @@ def _project_arguments(p) -> None:
                    help="project every legal layout of the recipe's model on the GPUs (TP, PP, VP, CP, EP, ETP, "
                         "micro-batch, recompute) and print the fastest that fit, with the error band")
     p.add_argument("--top", type=int, default=10, metavar="N", help="with --sweep: how many layouts to print (10)")
+    p.add_argument("--against", metavar="RECIPE",
+                   help="another recipe (the parent, the baseline): list each change from it to RECIPE with "
+                        "whether the projection models it (`changes[].modelled`; default: the candidate record "
+                        "beside RECIPE, when there is one)")
 
 
 @verb("project", "the analytic projection of a recipe: memory per GPU against HBM with its breakdown, step time "
@@ -93,8 +98,43 @@ def cmd_project(args) -> int:
         emit(args, result, sweep.text(result))
         return EXIT_OK if result["best"] else EXIT_CHECK_FAILED
     out = api.project(recipe.args(), gpus, hardware, args.gpus_per_node)
-    emit(args, out, api.text(out, path))
+    out["changes"] = _changes_modelled(path, recipe, args.against)
+    text = api.text(out, path)
+    if out["changes"] is not None:
+        text += "\n" + _changes_text(out["changes"])
+    emit(args, out, text)
     return EXIT_OK if out["memory"]["fits"] else EXIT_CHECK_FAILED
+
+
+def _changes_modelled(path: Path, recipe, against: Optional[str]) -> Optional[list]:
+    """Each change from ``against`` (else the change the candidate record beside ``path`` holds) to ``recipe``,
+    with ``modelled``: whether the projection reads it. For a change it does not read the projection's number is
+    the parent's: no effect modelled, not a predicted zero. None when there is nothing to compare with."""
+    from attune.campaign import candidates
+    from attune.core.recipe import Recipe, diff
+    if against:
+        change = diff(Recipe.load(Path(against)), recipe)
+    else:
+        beside = path.parent / candidates.RECORD
+        if not beside.is_file():
+            return None
+        change = candidates.read_record(beside).get("change") or []
+    missing = set(candidates.not_modelled(change))
+    return [dict(item, modelled=not (item.get("arg") in missing or item.get("env") in missing)) for item in change]
+
+
+def _changes_text(changes: list) -> str:
+    if not changes:
+        return "changes: none (the same recipe)"
+    lines = ["changes:"]
+    for item in changes:
+        name = item.get("arg") or item.get("env") or "%s %s" % (item.get("group"), ", ".join(
+            key for key in ("replicas", "gpus_per_worker") if key in item))
+        value = "(unset)" if item["op"] == "unset" else item.get("value", item.get("replicas",
+                                                                                   item.get("gpus_per_worker")))
+        lines.append("  %s %s: %s" % (name, value, "modelled" if item["modelled"] else
+                                       "NOT modelled (the projection does not read it: its number is the parent's)"))
+    return "\n".join(lines)
 
 
 def _launch_arguments(p) -> None:

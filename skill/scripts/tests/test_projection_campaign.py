@@ -89,3 +89,25 @@ def test_a_candidate_says_which_of_its_changes_the_projection_does_not_model(sim
     assert modelled["projection"]["tokens_per_s_per_gpu"] != unmodelled["projection"]["tokens_per_s_per_gpu"]
     assert main(*base, "--set", "manual-gc", "--lever", "manual-gc") == 0
     assert "projection_not_modelled: --manual-gc (the projection reads none" in capsys.readouterr().out
+
+
+def test_project_json_says_per_change_whether_the_projection_models_it(sim, capsys):
+    """`attune project` of a candidate's recipe lists the candidate's changes (from the record beside it, or from
+    --against RECIPE) each with ``modelled``; with nothing to compare with, ``changes`` is null."""
+    campaign, _settings, baseline = sim
+    assert main("candidate", "new", "--campaign", str(campaign.dir), "--parent", "baseline", "--hypothesis", "h",
+                "--set", "tp-comm-overlap", "--env", "NCCL_NVLS_ENABLE=0", "--lever", "tp-comm-overlap",
+                "--json") == 0
+    run = json.loads(capsys.readouterr().out)["run"]
+    recipe = campaign.run_dir(run) / "recipe.yaml"
+    assert main("project", str(recipe), "--json") == 0
+    beside = json.loads(capsys.readouterr().out)["changes"]
+    assert {(item.get("arg") or item.get("env")): item["modelled"] for item in beside} == {
+        "--tp-comm-overlap": True, "NCCL_NVLS_ENABLE": False}
+    assert main("project", str(recipe), "--against", str(baseline), "--json") == 0
+    assert json.loads(capsys.readouterr().out)["changes"] == beside
+    assert main("project", str(recipe), "--against", str(baseline)) == 0
+    text = capsys.readouterr().out
+    assert "--tp-comm-overlap True: modelled" in text and "NCCL_NVLS_ENABLE 0: NOT modelled" in text
+    assert main("project", str(baseline), "--json") == 0
+    assert json.loads(capsys.readouterr().out)["changes"] is None
