@@ -26,9 +26,12 @@ from attune.core.recipe import Recipe
 LOCALRUN = Path(__file__).resolve().parent / "localrun.py"
 
 
+STATES = ("pending", "running", "succeeded", "failed", "lost", "torn_down")  # the last four: ended
+
+
 @dataclasses.dataclass(frozen=True)
 class Status:
-    state: str  # pending, running, succeeded, failed, lost (ended without a record), torn_down
+    state: str  # one of STATES: lost is ended without a record
     exit_code: Optional[int] = None
     started: Optional[float] = None
     ended: Optional[float] = None
@@ -39,7 +42,7 @@ class Status:
 
     @property
     def done(self) -> bool:
-        return self.state in ("succeeded", "failed", "lost", "torn_down")
+        return self.state in STATES[2:]
 
     def as_dict(self) -> dict:
         out = dataclasses.asdict(self)
