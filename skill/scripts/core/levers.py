@@ -19,6 +19,9 @@ LESSON_FIELDS = ("Runs", "Result", "Verdict", "Lesson")
 VERDICTS = ("kept", "rejected", "hurt")
 END_HEADING = "Appending lessons"
 CATALOG = Path(__file__).resolve().parents[2] / "references" / "levers.md"
+SPECS = CATALOG.with_suffix(".yaml")  # each entry's machine-readable facts (levers.yaml's header says which)
+SPEC_KEYS = {"ships", "try", "why", "after", "requires", "recommends", "unchecked", "excludes", "companions", "defaults",
+             "modelled"}
 
 _ID = re.compile(r"^[a-z0-9][a-z0-9-]*$")
 _FIELD = re.compile(r"^- \*\*(?P<name>[^*]+)\*\*:\s*(?P<text>.*)$")
@@ -108,6 +111,31 @@ def parse_lessons(text: str) -> List[dict]:
         lesson.update(fields)
         lessons.append(lesson)
     return lessons
+
+
+def specs(path: Path = SPECS) -> Dict[str, dict]:
+    """``{lever id: spec}`` from ``levers.yaml``: every key of a spec filled (``try`` None, maps and lists empty
+    when not given). Raises ``ValueError`` naming the lever and the key on a malformed spec."""
+    import yaml
+    data = yaml.safe_load(files.read_text(path, "lever specs", "restore it from the skill"))
+    if not isinstance(data, dict) or not isinstance(data.get("levers"), dict):
+        raise ValueError("%s: no `levers:` map" % path)
+    out = {}
+    for lever, spec in data["levers"].items():
+        if not isinstance(spec, dict):
+            raise ValueError("%s: lever %s is not a map" % (path, lever))
+        unknown = set(spec) - SPEC_KEYS
+        if unknown or not isinstance(spec.get("ships"), bool) or not isinstance(spec.get("modelled"), bool):
+            raise ValueError("%s: lever %s: unknown keys %s, or ships/modelled not true/false"
+                             % (path, lever, sorted(unknown)))
+        if spec.get("try") is None and not spec.get("why"):
+            raise ValueError("%s: lever %s has no `try` and no `why`" % (path, lever))
+        full = {"try": None, "why": None, "after": None, "requires": {}, "recommends": {}, "unchecked": [], "excludes": [],
+                "companions": {}, "defaults": {}}
+        full.update(spec)
+        full["defaults"] = {name: str(value) for name, value in full["defaults"].items()}
+        out[lever] = full
+    return out
 
 
 def load(path: Path = CATALOG) -> List[dict]:

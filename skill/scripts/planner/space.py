@@ -70,27 +70,8 @@ SLIME_LEVER_IDS = ("dynamic-batch-size", "rollout-engine-tp", "sglang-mem-fracti
 SLIME_SEQ_LENGTH = "4096"  # slime's --seq-length when a recipe sets none (slime/backends/megatron_utils/arguments.py)
 
 # Flags a lever's alternative may change besides its own, each because a rule couples them (the catalog's
-# "Couples with" or a legality rule); name -> why.
-COMPANIONS = {
-    "slime-offload": {"--sglang-mem-fraction-static": "removing offload without lowering the SGLang memory fraction "
-                                                      "OOMs the rollout engine (Pitfalls)"},
-    "tensor-parallel-size": {
-        "--sequence-parallel": "sequence parallelism is forced off at TP=1 and standard at TP>1 (Couples with)",
-        "CUDA_DEVICE_MAX_CONNECTIONS": "TP>1 asserts CUDA_DEVICE_MAX_CONNECTIONS=1 before Blackwell (Couples with)"},
-    "tp-comm-overlap": {"--sequence-parallel": "--tp-comm-overlap asserts --sequence-parallel (Couples with)"},
-    "pipeline-parallel-size": {
-        "--num-layers-per-virtual-pipeline-stage": "interleaving needs PP>1: dropped when PP becomes 1 (legality)",
-        "--num-virtual-stages-per-pipeline-rank": "interleaving needs PP>1: dropped when PP becomes 1 (legality)"},
-    "context-parallel-size": {
-        "CUDA_DEVICE_MAX_CONNECTIONS": "CP>1 asserts CUDA_DEVICE_MAX_CONNECTIONS=1 before Blackwell (Couples with)"},
-    "overlap-param-gather": {
-        "--overlap-grad-reduce": "--overlap-param-gather needs --overlap-grad-reduce (Couples with, legality)",
-        "--use-distributed-optimizer": "--overlap-param-gather needs the distributed optimizer (Couples with)"},
-    "selective-recompute": {
-        "--recompute-method": "--recompute-method is only valid with full recompute (Megatron assert)",
-        "--recompute-num-layers": "--recompute-num-layers is only valid with full recompute"},
-    "full-recompute": {"--recompute-modules": "--recompute-modules is only read with selective recompute"},
-}
+# "Couples with" or a legality rule): levers.yaml's companions, name -> why.
+COMPANIONS = {lever: spec["companions"] for lever, spec in levers_mod.specs().items() if spec["companions"]}
 
 
 

@@ -39,6 +39,8 @@ def test_a_legal_recipe_has_no_violation():
     ({"num_experts": "6", "expert_model_parallel_size": "4"}, 16, "experts-per-rank"),
     ({"virtual_pipeline_model_parallel_size": "2"}, 16, "no-such-flag"),
     ({"micro_batch_size": "two"}, 16, "integer"),
+    ({"delay_wgrad_compute": True}, 16, "delay-wgrad-compute"),
+    ({"overlap_moe_expert_parallel_comm": True}, 16, "moe-a2a-overlap"),  # a dense model: no EP
 ])
 def test_each_rule(changes, world, rule):
     assert rule in rules(world=world, **changes)
@@ -47,7 +49,7 @@ def test_each_rule(changes, world, rule):
 def test_cuda_device_max_connections_rule():
     assert rules(env={}) == ["cuda-device-max-connections"]
     assert rules(env={}, gpu="gb200") == []
-    assert rules(env={}, overlap_moe_expert_parallel_comm=True) == []
+    assert "cuda-device-max-connections" not in rules(env={}, overlap_moe_expert_parallel_comm=True)
     assert rules(env={}, tensor_model_parallel_size="1", sequence_parallel=None) == []
 
 
