@@ -198,7 +198,10 @@ class Planner(VerbRunner, Notes, History):
 
     # ---------------------------------------------------------------- actions
     def do(self, action: policy.Action, status: dict, state: policy.State) -> None:
-        key = (action.kind, action.run, action.lever, action.alternative.name if action.alternative else None)
+        # the same action again is progress when it spent something since (another repeat of a close candidate,
+        # up to ranking.MAX_RUNS of its recipe); the same action with nothing spent in between is a loop
+        spent = (status.get("budget") or {}).get("spent")
+        key = (action.kind, action.run, action.lever, action.alternative.name if action.alternative else None, spent)
         self.attempts[key] = self.attempts.get(key, 0) + 1
         if self.attempts[key] > 3:
             raise PlannerError("the same action was proposed %d times without progress: %s" % (self.attempts[key],

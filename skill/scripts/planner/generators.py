@@ -188,12 +188,14 @@ def _gen_delay_wgrad(ctx):
 
 
 def _gen_dispatcher(ctx):
-    """alltoall and allgather (``flex`` needs a DeepEP/HybridEP backend: its own levers, not in the space)."""
+    """alltoall, allgather and flex: flex with Megatron-LM's default backend (``--moe-flex-dispatcher-backend``
+    deepep, which the gate's rule knows, so leaving the flag out is that backend); choosing another backend is the
+    deepep-backend and hybridep-backend levers'."""
     if not ctx.experts:
         return []
     current = str(ctx.args.get("--moe-token-dispatcher-type") or "allgather")
     return [("moe-token-dispatcher-type=%s" % value, [("--set", "moe-token-dispatcher-type=%s" % value)])
-            for value in ("alltoall", "allgather") if value != current]
+            for value in ("alltoall", "allgather", "flex") if value != current]
 
 
 def _gen_mbs(ctx):
