@@ -155,6 +155,9 @@ def catalog_ids(path, text: str) -> set:
     """The lever ids of the catalog ``text`` read from ``path``; an ``InputError`` naming ``path`` when it does
     not parse or holds no lever."""
     from .errors import InputError
+    if "\n## %s" % END_HEADING not in text:
+        raise InputError("%s: no `## %s` section, so the catalog is cut short or not a lever catalog. Fix: "
+                         "restore the catalog part from skill/references/levers.md" % (path, END_HEADING))
     try:
         ids = {item["id"] for item in parse(text)}
         parse_lessons(text)

@@ -119,6 +119,11 @@ def assert_refused(result, named, kind):
 
 
 # ---------------------------------------------------------------------------------------- the cases
+def _written(path, data: bytes):
+    path.write_bytes(data)
+    return path
+
+
 @dataclasses.dataclass
 class Case:
     """One file a verb reads. ``write(tmp, data)`` puts ``data`` where the verb will read it and returns
@@ -224,6 +229,11 @@ CASES = [
                    "truncated": (0, "a log cut short still holds the iterations before the cut")}),
     Case("project-recipe", "project", "recipe", lambda f: RECIPE, lambda f: LOG,
          _at("recipe.yaml", lambda path, tmp, files: ["project", path, "--hardware", "H100"])),
+    Case("project-against", "project", "against", lambda f: RECIPE, lambda f: LOG,
+         _at("base.yaml", lambda path, tmp, files: ["project", _written(tmp / "main.yaml", RECIPE), "--hardware", "H100",
+                                                    "--against", path]),
+         readable={"truncated": (0, "a recipe cut short is still a RayJob; the arguments it lost are listed as "
+                                    "changes")}),
     Case("profile-trace", "profile", "traces", lambda f: trace_text(), lambda f: b'{"run": "r004", "parent": "r001"}\n',
          _at("rank0.json", TRACE),
          readable={"stray_bytes": (0, "a stray byte in a trace is replaced; its events are still read")}),
