@@ -309,6 +309,8 @@ BACKENDS = {"local": LocalBackend}
 def get(name: str, settings=None):
     if name == "kuberay" and name not in BACKENDS:
         from . import kuberay  # noqa: F401  (registers itself; imports the kubernetes client)
+    if name == "ray" and name not in BACKENDS:
+        from . import raybackend  # noqa: F401  (registers itself; imports ray only when it talks to the cluster)
     if name not in BACKENDS:
         raise InputError("backend %r is not available here (available: %s)" % (name, ", ".join(sorted(BACKENDS))))
     return BACKENDS[name](settings)

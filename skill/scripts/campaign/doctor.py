@@ -25,6 +25,8 @@ prerequisite (no namespace check when the context does not answer):
 * ``log_pod``: ``AUTOTUNE_LOG_POD`` is Running, has one container (the exec names none) and mounts
   ``ATTUNE_SHARED_DIR`` (or a folder above it);
 * ``dry_run``: the baseline RayJob, as a launch would submit it, passes a server-side dry run;
+* ``ray``: for ``ATTUNE_BACKEND=ray``, the job server at ``ATTUNE_RAY_ADDRESS`` answers, runs this installation's
+  Ray version, and has the GPUs the baseline asks for free;
 * ``rows``: ``ATTUNE_ROWS_PATH`` hashes to ``ATTUNE_ROWS_SHA256`` (``data.preship.check_rows``).
 
 On the local backend ``image`` and the cluster checks are skipped. The cluster checks are the slow
@@ -424,6 +426,38 @@ def check_dry_run(p: _Probe) -> Result:
     return _ok("dry_run", "the baseline RayJob passes a server-side dry run in namespace %s" % settings.namespace)
 
 
+def check_ray(p: _Probe) -> Result:
+    """``ATTUNE_BACKEND=ray``: the job server at ``ATTUNE_RAY_ADDRESS`` answers, its Ray is this installation's
+    (a client and cluster of different versions can refuse each other's job requests), and the cluster has the GPUs
+    the baseline asks for free."""
+    settings = p.settings
+    if settings.backend != "ray":
+        return Result("ray", SKIPPED, "ATTUNE_BACKEND=%s: no Ray cluster to check" % settings.backend)
+    from .raybackend import version_and_gpus
+    try:
+        facts = version_and_gpus(settings.ray_address)
+    except AttuneError as exc:
+        return _split("ray", exc)
+    try:
+        import ray
+        local = ray.__version__
+    except ImportError:
+        return _failed("ray", "the cluster at %s runs Ray %s, and this interpreter has no ray package"
+                       % (settings.ray_address, facts["ray_version"]),
+                       "pip install 'ray[default]==%s' into the interpreter the campaign runs" % facts["ray_version"])
+    if local != facts["ray_version"]:
+        return _failed("ray", "the cluster at %s runs Ray %s, this installation %s" % (
+            settings.ray_address, facts["ray_version"], local),
+            "install the cluster's version here: pip install 'ray[default]==%s'" % facts["ray_version"])
+    need = p.recipe.gpus() if p.recipe is not None else 0
+    detail = "Ray %s at %s: %g of %g GPU(s) free, %g of %g CPU(s)" % (
+        local, settings.ray_address, facts["gpus_free"], facts["gpus"], facts["cpus_free"], facts["cpus"])
+    if need > facts["gpus_free"]:
+        return _failed("ray", detail + "; the baseline asks for %d" % need,
+                       "free GPUs on the cluster (or wait for them) before the campaign starts")
+    return _ok("ray", detail, **facts)
+
+
 def check_rows(p: _Probe) -> Result:
     settings = p.settings
     if not settings.rows_path:
@@ -460,6 +494,7 @@ CHECKS = (
     Check("scope", check_scope, ("namespace",), cluster=True),
     Check("log_pod", check_log_pod, ("namespace",), cluster=True),
     Check("dry_run", check_dry_run, ("baseline", "image", "crd", "access"), cluster=True),
+    Check("ray", check_ray, ("baseline",)),
     Check("rows", check_rows, ("log_pod",)),  # read through the log pod on KubeRay
 )
 

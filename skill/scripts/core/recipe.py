@@ -139,6 +139,20 @@ class Recipe(object):
         out.update(self.command.prefix_env())
         return out
 
+    def runtime_env(self) -> dict:
+        """``spec.runtimeEnvYAML`` as a mapping (empty when the recipe has none): the job's Ray runtime
+        environment, ``env_vars`` as written there."""
+        if self._env is None:
+            return {}
+        try:
+            data = yaml.safe_load(self._env.value) or {}
+        except yaml.YAMLError as exc:
+            raise InputError("%s: spec.runtimeEnvYAML is not valid YAML: %s" % (self.source, exc))
+        if not isinstance(data, dict):
+            raise InputError("%s: spec.runtimeEnvYAML is not a mapping. Fix: give env_vars, working_dir, ... as keys"
+                             % self.source)
+        return data
+
     def workers(self) -> list:
         """``[{"group", "replicas", "gpus_per_worker"}]`` of the worker groups."""
         out = []

@@ -90,8 +90,12 @@ SPECS = (
          "the working, untuned baseline recipe: a RayJob YAML running Megatron-LM or slime",
          "/path/to/baseline_rayjob.yaml"),
     Spec("ATTUNE_BACKEND", "backend", "enum", "kuberay",
-         "where runs execute: kuberay (RayJobs on Kubernetes) or local (processes on this host)",
-         "kuberay", choices=("kuberay", "local")),
+         "where runs execute: kuberay (RayJobs on Kubernetes), ray (job submissions to a running Ray cluster) or "
+         "local (processes on this host)",
+         "kuberay", choices=("kuberay", "ray", "local")),
+    Spec("ATTUNE_RAY_ADDRESS", "ray_address", "str", "",
+         "the Ray cluster's job server, its dashboard address (ray: required)", "http://ray-head:8265",
+         group="cluster"),
     Spec("ATTUNE_KUBE_CONTEXT", "kube_context", "str", "",
          "kubectl context of the cluster (kuberay: required)", "my-cluster", group="cluster"),
     Spec("ATTUNE_NAMESPACE", "namespace", "str", "",
@@ -184,6 +188,7 @@ class Settings:
     baseline_yaml: str
     backend: str
     kube_context: str
+    ray_address: str
     namespace: str
     image: str
     shared_dir: str
@@ -423,6 +428,14 @@ def _cross_checks(v: dict, bad: set) -> list:
                 spec = SPEC_BY_ENV[env_name]
                 problems.append("%s: missing; ATTUNE_BACKEND=kuberay needs it. Fix: set %s=<%s>, or ATTUNE_BACKEND=local"
                                 % (env_name, env_name, spec.help.split(" (")[0]))
+    if v.get("backend") == "ray":
+        address = v.get("ray_address") or ""
+        if not address:
+            problems.append("ATTUNE_RAY_ADDRESS: missing; ATTUNE_BACKEND=ray needs it. Fix: set "
+                            "ATTUNE_RAY_ADDRESS=http://HOST:8265 (the Ray dashboard), or ATTUNE_BACKEND=local")
+        elif not address.startswith(("http://", "https://")):
+            problems.append("ATTUNE_RAY_ADDRESS=%r: not an http(s) address. Fix: give the Ray dashboard's job address, "
+                            "e.g. http://ray-head:8265" % address)
     namespace = v.get("namespace")
     if namespace and not _DNS_LABEL_RE.match(namespace):
         problems.append("ATTUNE_NAMESPACE=%r: not a valid Kubernetes namespace (lowercase DNS label, at most 63 "

@@ -49,7 +49,7 @@ from attune.planner.history import History, canon, describe  # noqa: E402
 from attune.planner.notes import Notes, fmt, layout_of, now, pct  # noqa: E402
 from attune.planner.verbs import Integrity, PlannerError, VerbRunner  # noqa: E402
 
-POLL_S = {"local": 0.1, "kuberay": 90.0}  # a local (simulated) run lasts seconds; poll itself takes ~0.2 s
+POLL_S = {"local": 0.1, "ray": 5.0, "kuberay": 90.0}  # a local (simulated) run lasts seconds; poll itself takes ~0.2 s
 HANG_AFTER_S = 900.0
 MAX_STEPS = 1000  # actions per session: a guard against a loop that makes no progress
 

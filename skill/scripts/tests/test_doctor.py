@@ -80,7 +80,7 @@ def test_everything_answering_passes(cluster, kube, capsys):
     assert statuses(report) == {"baseline": "ok", "image": "ok", "agent": "ok", "sandbox": "ok", "context": "ok",
                                 "namespace": "ok",
                                 "crd": "ok", "access": "ok", "scope": "ok", "log_pod": "ok", "dry_run": "ok",
-                                "rows": "skipped"}
+                                "ray": "skipped", "rows": "skipped"}
     assert check(report, "agent")["facts"]["version"] == "2.1.332"
     # the dry run validated the baseline as a launch submits it, and stored nothing
     assert not kube.rayjobs and [body["metadata"]["name"] for body in kube.dry_runs] == ["alice-llama8b-doctor"]
@@ -311,7 +311,7 @@ def test_the_local_backend_checks_what_applies(local, capsys, monkeypatch):
     code, report, _ = doctor_cli(capsys)
     assert code == 0 and report["backend"] == "local"
     assert statuses(report) == dict({name: "skipped" for name in CLUSTER_CHECKS}, baseline="ok", image="skipped",
-                                    agent="ok", sandbox="skipped", rows="skipped")
+                                    agent="ok", sandbox="skipped", ray="skipped", rows="skipped")
     assert check(report, "context")["detail"] == "ATTUNE_BACKEND=local: no cluster to check"
 
 

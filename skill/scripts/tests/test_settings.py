@@ -55,7 +55,7 @@ def test_good_settings_load_typed_and_frozen():
     ({"ATTUNE_RUN_PREFIX": "alice-llama"}, "end with '-'"),
     ({"AUTOTUNE_BUDGET": "0", "AUTOTUNE_GPUH_BUDGET": None}, "AUTOTUNE_BUDGET=0: must be greater than 0"),
     ({"AUTOTUNE_GPUH_BUDGET": "lots"}, "AUTOTUNE_GPUH_BUDGET='lots': not a number"),
-    ({"ATTUNE_BACKEND": "slurm"}, "ATTUNE_BACKEND='slurm': must be one of kuberay, local"),
+    ({"ATTUNE_BACKEND": "slurm"}, "ATTUNE_BACKEND='slurm': must be one of kuberay, ray, local"),
     ({"ATTUNE_NAMESPACE": "ML_Tuning"}, "not a valid Kubernetes namespace"),
     ({"ATTUNE_ROWS_PATH": "/rows.parquet"}, "set both or neither"),
     ({"ATTUNE_SCORE_FIRST_STEP": "1"}, "the window must lie in iterations 2..20"),
