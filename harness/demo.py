@@ -42,7 +42,7 @@ def _existing_config(directory: Path, flag: str):
     return None
 
 
-def prepare(directory: Path, model: str = "llama3-70b", budget_gpuh: float = None) -> Path:
+def prepare(directory: Path, model: str = "llama3-70b", budget_gpuh: float = None, in_flight: int = None) -> Path:
     """Write the demo's baseline recipe and config.env into ``directory``; return the config file.
 
     A directory that holds a campaign already is left as it is (the launcher resumes it); any other
@@ -73,6 +73,8 @@ def prepare(directory: Path, model: str = "llama3-70b", budget_gpuh: float = Non
              "ATTUNE_AGENT=planner",
              "AUTOTUNE_ALLOW_WEB=0",
              "AUTOTUNE_GPUH_BUDGET=%g" % (budget_gpuh or budget)]
+    if in_flight:
+        lines.append("ATTUNE_MAX_IN_FLIGHT=%d" % in_flight)
     config.write_text("\n".join(lines) + "\n", encoding="utf-8")
     return config
 

@@ -3,7 +3,7 @@
 
     launch_campaign.sh <campaign_dir> [goal_prompt.txt] [--session ID] [--prepare] [--config FILE]
                        [--agent-command CMD]
-    launch_campaign.sh --demo [campaign_dir] [--demo-model MODEL] [--demo-budget GPUH]
+    launch_campaign.sh --demo [campaign_dir] [--demo-model MODEL] [--demo-budget GPUH] [--demo-in-flight K]
     launch_campaign.sh --help      (both forms and every option, plain text)
 
 First launch: validates the settings, runs ``attune doctor``'s checks (``attune.campaign.doctor``: the
@@ -395,7 +395,7 @@ def resume_command(directory: Path, session: str) -> str:
     return " ".join(shlex.quote(str(word)) for word in (HERE / "launch_campaign.sh", directory, "--session", session))
 
 
-def demo(directory: Path, model: str, budget_gpuh: float = None) -> int:
+def demo(directory: Path, model: str, budget_gpuh: float = None, in_flight: int = None) -> int:
     """The demo campaign (``demo.py``): lay it out, run it with the planner, say where its results are.
     ``model`` ``real`` is the real demo: Megatron-LM's own pretrain_gpt.py on this host's CPU."""
     import demo as demo_mod
@@ -404,7 +404,7 @@ def demo(directory: Path, model: str, budget_gpuh: float = None) -> int:
         if model == "real":
             config = demo_mod.prepare_real(directory, budget_gpuh)
         else:
-            config = demo_mod.prepare(directory, model, budget_gpuh)
+            config = demo_mod.prepare(directory, model, budget_gpuh, in_flight)
     except ValueError as exc:
         print("launch_campaign: %s" % exc, file=sys.stderr)
         return EXIT_USAGE
@@ -430,7 +430,7 @@ USAGE = """Start or resume an ATTUNE campaign, or run the SIMULATED demo campaig
 
   harness/launch_campaign.sh CAMPAIGN_DIR [GOAL_PROMPT] [--session ID] [--prepare] [--config FILE]
                              [--agent-command CMD]
-  harness/launch_campaign.sh --demo [CAMPAIGN_DIR] [--demo-model MODEL] [--demo-budget GPUH]
+  harness/launch_campaign.sh --demo [CAMPAIGN_DIR] [--demo-model MODEL] [--demo-budget GPUH] [--demo-in-flight K]
   harness/launch_campaign.sh --demo-real [CAMPAIGN_DIR] [--demo-budget GPUH]"""
 EXIT_CODES = """exit codes: 0 finished (budget spent or stop recorded, and REPORT.md written); 1 the agent
 ended early (resumable with --session); 2 bad settings or usage; 3 integrity violation (every live
@@ -468,6 +468,9 @@ def demo_parser() -> argparse.ArgumentParser:
     parser.add_argument("--demo-budget", type=float, metavar="GPUH",
                         help="the budget in simulated GPU-hours (default: the model's, %s)" % ", ".join(
                             "%g for %s" % (budget, name) for name, (_t, budget, _w) in sorted(demo_mod.MODELS.items())))
+    parser.add_argument("--demo-in-flight", type=int, metavar="K",
+                        help="ATTUNE_MAX_IN_FLIGHT: up to K one-lever candidates against the same leader at once "
+                             "(default 1)")
     parser.add_argument("-h", "--help", action="store_true", help="show this help (both forms) and exit")
     return parser
 
@@ -526,7 +529,8 @@ def main(argv=None) -> int:
             print("launch_campaign: no directory given: the demo runs in a new temporary directory, %s" % directory,
                   file=sys.stderr)
         try:
-            return demo(Path(directory), "real" if real else args.demo_model, args.demo_budget)
+            return demo(Path(directory), "real" if real else args.demo_model, args.demo_budget,
+                        None if real else args.demo_in_flight)
         except AttuneError as exc:
             for line in exc.lines():
                 print("launch_campaign: %s" % line, file=sys.stderr)

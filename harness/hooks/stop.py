@@ -101,7 +101,7 @@ def decide(directory, settings):
         lines.append("No run launched yet.")
     if state["in_flight"]:
         lines.append("Next: poll and finalize the runs in flight (%s) with `attune poll` and `attune finalize`, then "
-                     "`attune rank`." % ", ".join(state["in_flight"][:5]))
+                     "`attune rank`." % ", ".join(state["in_flight"]))
     elif budget["exhausted"] or state["stop"]:
         lines.append("Next: write the final report with `attune report`; then you may stop.")
     else:

@@ -132,7 +132,7 @@ def test_the_demo_without_a_directory_runs_in_a_new_temporary_one(tmp_path, monk
 
     ran = []
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # where mkdtemp makes it
-    monkeypatch.setattr(launcher, "demo", lambda directory, model, budget: ran.append(directory) or 0)
+    monkeypatch.setattr(launcher, "demo", lambda directory, model, budget, in_flight=None: ran.append(directory) or 0)
     monkeypatch.chdir(tmp_path)
     assert launcher.main(["--demo"]) == 0
     assert launcher.main(["--demo", "--demo-model", "qwen3-30b-a3b"]) == 0

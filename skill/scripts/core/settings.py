@@ -169,6 +169,10 @@ SPECS = (
          "candidates it tests", "0.05", group="measurement"),
     Spec("ATTUNE_BASELINE_REPEATS", "baseline_repeats", "int", "3",
          "baseline runs needed before any candidate can lead (at least 2)", "3", group="measurement"),
+    Spec("ATTUNE_MAX_IN_FLIGHT", "max_in_flight", "int", "1",
+         "most runs in flight at once: above 1, up to this many one-lever candidates against the same leader run "
+         "together (each still one change from its parent), when the budget holds their reservations and the "
+         "cluster can place them", "1", group="budget"),
     Spec("ATTUNE_HANG_AFTER_S", "hang_after_s", "float", "900",
          "seconds a running job may print nothing of its own (launcher chatter does not count) before it is torn "
          "down as a hang", "900", group="measurement"),
@@ -215,6 +219,7 @@ class Settings:
     claude_version: str = ""
     hang_after_s: float = 900.0
     local_memory_mb: Optional[float] = None
+    max_in_flight: int = 1
 
     @property
     def budget_kind(self) -> str:
@@ -436,6 +441,9 @@ def _cross_checks(v: dict, bad: set) -> list:
         elif not address.startswith(("http://", "https://")):
             problems.append("ATTUNE_RAY_ADDRESS=%r: not an http(s) address. Fix: give the Ray dashboard's job address, "
                             "e.g. http://ray-head:8265" % address)
+    if v.get("max_in_flight") is not None and v["max_in_flight"] < 1:
+        problems.append("ATTUNE_MAX_IN_FLIGHT=%d: at least 1 run must be allowed in flight. Fix: 1 (one at a time) or "
+                        "more" % v["max_in_flight"])
     namespace = v.get("namespace")
     if namespace and not _DNS_LABEL_RE.match(namespace):
         problems.append("ATTUNE_NAMESPACE=%r: not a valid Kubernetes namespace (lowercase DNS label, at most 63 "

@@ -49,7 +49,7 @@ from attune.planner.history import History, canon, describe  # noqa: E402
 from attune.planner.notes import Notes, fmt, layout_of, now, pct  # noqa: E402
 from attune.planner.verbs import Integrity, PlannerError, VerbRunner  # noqa: E402
 
-POLL_S = {"local": 0.1, "ray": 5.0, "kuberay": 90.0}  # a local (simulated) run lasts seconds; poll itself takes ~0.2 s
+POLL_S = {"local": 0.1, "ray": 1.0, "kuberay": 90.0}  # a local (simulated) run lasts seconds; poll itself takes ~0.2 s
 HANG_AFTER_S = 900.0
 MAX_STEPS = 1000  # actions per session: a guard against a loop that makes no progress
 
@@ -304,7 +304,50 @@ class Planner(VerbRunner, Notes, History):
             self.write_notes()
             os.kill(os.getpid(), signal.SIGKILL)
         run = self.launch(run, status=status)
-        self.follow(run)
+        together = [run] + self.alongside(leader, alt, run)
+        for each in together:
+            self.follow(each)
+
+    def alongside(self, leader: str, first: "space_mod.Alternative", run: str) -> list:
+        """With ``ATTUNE_MAX_IN_FLIGHT`` above 1, more one-lever candidates against the same ``leader`` launched
+        while ``run`` (of ``first``) runs, each the policy's next choice with the ones in flight set aside, until
+        that many are in flight, the policy's next step is not a candidate against this leader, or the budget
+        cannot hold another reservation. Their runs, in launch order."""
+        limit = int(self.settings.get("ATTUNE_MAX_IN_FLIGHT") or 1)
+        runs, held = [], {first.key: run}
+        while 1 + len(runs) < limit:
+            for key, in_flight in held.items():
+                self.excluded[key] = "in flight as %s" % in_flight
+            try:
+                status = self.status()
+                state = self.build(status)
+                action = policy.propose(state)
+            finally:
+                for key in held:
+                    self.excluded.pop(key, None)
+            if action.kind != "candidate" or state.leader != leader or action.alternative.key in held:
+                break
+            self.event("decide", action="candidate", lever=action.lever, change=action.alternative.name,
+                       why="%s (alongside %s)" % (action.why, ", ".join(sorted(held.values()))))
+            code, data, _out, err = self.verb("candidate", "new", "--parent", leader, *action.alternative.argv(),
+                                              "--lever", action.alternative.lever, "--hypothesis", action.hypothesis,
+                                              *self.gpu_args(), "--json")
+            if code != 0:
+                self.excluded[action.alternative.key] = (err.strip().splitlines() or ["exit %d" % code])[-1]
+                self.event("refused", lever=action.alternative.lever, change=action.alternative.name,
+                           why=self.excluded[action.alternative.key][:200])
+                continue
+            self.candidates += 1
+            self.event("candidate", run=data["run"], lever=action.alternative.lever,
+                       change=action.alternative.describe(), why=action.why)
+            try:
+                launched = self.launch(data["run"], status=status)
+            except BudgetRefused as exc:  # the written candidate is launched later, or noted (orphans)
+                self.event("budget", why="not launched alongside: %s" % str(exc)[:200])
+                break
+            runs.append(launched)
+            held[action.alternative.key] = launched
+        return runs
 
     def finish(self, status: dict, action: policy.Action = None) -> str:
         """Record the stop (unless the budget is spent), rank, report."""

@@ -102,6 +102,13 @@ class History(object):
         baseline_runs = tuple(by_sha.get(first_base["recipe_sha256"], ())) if first_base else ()
         baseline_failures = sum(1 for run in baseline_runs if run in results and results[run]["status"] != "finished")
         projected = {run: (row.get("projection") or {}).get("tokens_per_s_per_gpu") for run, row in launches.items()}
+        # the leader's lineage (its run and its ancestors): a candidate run alongside one of them, against the
+        # same parent, that finished without leading lost the lead to that sibling, not to its own measurement
+        lineage, at = set(), (status.get("leader") or {}).get("run")
+        while at and at not in lineage and at in launches:
+            lineage.add(at)
+            at = launches[at].get("parent")
+        ended = {run: row["seq"] for run, row in results.items()}
         tried = []
         for run, row in sorted(launches.items(), key=lambda item: item[1]["seq"]):
             if row["purpose"] != "candidate":
@@ -131,6 +138,12 @@ class History(object):
                 verdict = "failed"
             else:
                 verdict = "rejected"
+            if verdict == "rejected" and run not in lineage and any(
+                    other in lineage and other != run and launches[other]["purpose"] == "candidate"
+                    and launches[other].get("parent") == parent
+                    and launches[other]["seq"] < ended.get(run, 0) and row["seq"] < ended.get(other, 10 ** 12)
+                    for other in launches):
+                verdict = "superseded"
             before, after = projected.get(parent), projected.get(run)
             predicted = after / before - 1 if before and after else None
             tried.append(policy.Tried(lever=row.get("lever", ""), alternative=name, parent=parent, run=run,

@@ -61,7 +61,7 @@ __all__ = ["Measured", "Tried", "Change", "Config", "State", "Option", "Action",
 
 # Tried.verdict: running (launched, not finalized), beats (beats the leader: needs gate and confirmation),
 # kept, rejected, hurt (as ``attune lesson`` says), failed (no score: failure holds the class).
-VERDICTS = ("running", "beats", "kept", "rejected", "hurt", "failed")
+VERDICTS = ("running", "beats", "kept", "rejected", "hurt", "failed", "superseded")
 NEVER_AGAIN = ("nan_loss", "config_error")  # failure classes no new leader changes
 # Without a projection (no hardware known) the diagnosis is unknown: SKILL.md's order for that case, the
 # communication-overlap levers first, then what spends measured headroom, then the rest in the catalog's order.
@@ -357,13 +357,16 @@ def options(state: State) -> List[Option]:
         for alt in lever.alternatives:
             if alt.key in state.excluded:
                 continue
-            history = by_key.get(alt.key, [])
+            # a run that lost the lead to a sibling alongside it says nothing against the change on the new leader
+            history = [t for t in by_key.get(alt.key, []) if t.verdict != "superseded"]
             if any(t.parent == state.leader for t in history):
                 continue  # tried against this leader already (or running)
             if any(t.gate == "fail" or t.failure in NEVER_AGAIN for t in history):
                 continue  # a reason no new leader changes
-            if any(t.verdict in ("running", "beats") for t in history):
-                continue
+            if any(t.verdict == "running" for t in history):
+                continue  # in flight (alongside another candidate): its result decides
+            # a change that beat an earlier leader but did not become the leader (a sibling run at the same time
+            # took the lead) is tried again on top of the new leader: the two may stack
             if _reverses(state, alt) is not None:
                 continue  # back to a value the lineage moved away from, with a kept verdict
             pred = state.predictions.get(alt.key)
