@@ -23,8 +23,8 @@ def local_campaign(tmp_path, recipe_text: str, prefix: str, campaign_id: str, **
     from attune.campaign import runs
     baseline = Path(tmp_path) / "baseline.yaml"
     baseline.write_text(recipe_text)
-    made_settings = settings(ATTUNE_BASELINE_YAML=str(baseline), ATTUNE_RUN_PREFIX=prefix, AUTOTUNE_GPUH_BUDGET="",
-                             AUTOTUNE_BUDGET="20", **extra)
+    made_settings = settings(**dict(dict(ATTUNE_BASELINE_YAML=str(baseline), ATTUNE_RUN_PREFIX=prefix,
+                                         AUTOTUNE_GPUH_BUDGET="", AUTOTUNE_BUDGET="20"), **extra))
     made = campaign_mod.init(Path(tmp_path) / "c", made_settings, campaign_id)
     yield made, made_settings
     for run_dir in (made.dir / "runs").glob("*") if (made.dir / "runs").exists() else []:

@@ -7,6 +7,7 @@ that none is left."""
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 import time
 
@@ -208,3 +209,34 @@ def test_doctor_names_the_ray_version_and_free_gpus(ray_cluster, tmp_path):
     assert facts["ray_version"] == ray.__version__ and facts["gpus"] == 0 and facts["cpus"] == 2
     with pytest.raises(InputError, match="ATTUNE_RAY_ADDRESS=http://127.0.0.1:9: the Ray dashboard does not answer"):
         version_and_gpus("http://127.0.0.1:9", timeout_s=2)
+
+
+QWEN = SCRIPTS / "simulate" / "recipes" / "qwen3_30b_a3b_h100x16.yaml"
+
+
+def test_the_planner_runs_two_candidates_at_once_on_ray_and_the_ledger_verifies(ray_cluster, tmp_path, capsys):
+    """ATTUNE_MAX_IN_FLIGHT=2 on the Ray backend: the planner launches a second one-lever candidate against the same
+    leader before the first has a result; the ledger verifies and what the budget says was spent is the sum of the
+    charges."""
+    text = QWEN.read_text().format(python=sys.executable, sim=SIM)
+    for campaign, _made in local_campaign(tmp_path, text, "rk-", "ray-k2", ATTUNE_BACKEND="ray",
+                                          ATTUNE_RAY_ADDRESS=ray_cluster.address, ATTUNE_MAX_IN_FLIGHT="2",
+                                          AUTOTUNE_BUDGET="7", ATTUNE_AGENT="planner"):
+        proc = subprocess.run([sys.executable, "-m", "attune.planner.agent", "--campaign", str(campaign.dir),
+                               "--session", "ray-k2"], capture_output=True, text=True, timeout=900)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        rows = campaign.ledger.rows()
+        seq = {(row["kind"], row["run"]): row["seq"] for row in rows if row["kind"] in ("launch", "result")}
+        candidates = [row for row in rows if row["kind"] == "launch" and row["purpose"] == "candidate"]
+        together = [(a["run"], b["run"]) for a in candidates for b in candidates
+                    if a["seq"] < b["seq"] < seq.get(("result", a["run"]), 0) and a.get("parent") == b.get("parent")]
+        assert together, [(r["run"], r["seq"]) for r in candidates]
+        assert all(row["backend"] == "ray" for row in rows if row["kind"] == "launch")
+        assert cli.main(["verify", "--campaign", str(campaign.dir)]) == 0
+        capsys.readouterr()
+        assert cli.main(["status", "--campaign", str(campaign.dir), "--json"]) == 0
+        budget = json.loads(capsys.readouterr().out)["budget"]
+        charged = sum(r["gpu_seconds"] for r in campaign.gpu_log.rows() if "gpu_seconds" in r) / 3600.0
+        finalized = sum(1 for row in rows if row["kind"] == "result")
+        assert budget["in_flight"] == [] and budget["spent"] == finalized
+        assert abs(budget["gpu_hours_spent"] - charged) < 0.01
