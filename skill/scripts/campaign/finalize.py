@@ -35,6 +35,7 @@ class RunFacts:
     seconds_without_progress: Optional[float] = None
     hang_after_s: float = 900.0
     backend_message: Optional[str] = None  # the backend's message about the ended job (triage reads it)
+    early_stop: Optional[dict] = None  # the evidence it was stopped on (earlystop.decide): a stopped_early run
 
 
 SHORT_STEP_MS = 10.0  # 100 times the 0.1 ms Megatron prints: below it rounding is a 1% effect or more
@@ -107,6 +108,9 @@ def derive(facts: RunFacts) -> dict:
     finished = facts.exit_code == 0 and found is None and bool(metrics.get("iter"))
     payload = {"run": facts.run, "metrics": metrics,
                "status": "finished" if finished else ("timeout" if found and found.cls == "hang" else "failed")}
+    if facts.early_stop is not None:  # stopped on purpose: no failure, never ranked (earlystop.py)
+        payload["status"], payload["early_stop"] = "stopped_early", facts.early_stop
+        found, finished = None, True
     if log_sha:
         payload["log_sha256"] = log_sha
     if parsed.get("device") == "cpu":  # the cpu hook's layer said so in the log

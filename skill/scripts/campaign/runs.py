@@ -16,9 +16,9 @@ import time
 from pathlib import Path
 from typing import Optional
 
-from attune.core import files, legality, slime, workload
+from attune.core import files, legality, logparse, slime, workload
 from attune.core.chainlog import parse_ts
-from attune.core.errors import CheckFailed, InputError
+from attune.core.errors import AttuneError, CheckFailed, InputError
 from attune.core.recipe import Recipe
 from attune.core.triage import CLASSES
 
@@ -249,7 +249,7 @@ def finalize(campaign: Campaign, settings, run: str, hang_after_s: float = HANG_
     backend = backends.get(settings.backend, settings)
     run_dir = campaign.run_dir(run)
     status = backend.status(run_dir)
-    quiet = None
+    quiet = stopped = None
     events = ()
     if not status.done:
         waited = time.time() - parse_ts(launches[run]["ts"]).replace(tzinfo=datetime.timezone.utc).timestamp()
@@ -258,6 +258,10 @@ def finalize(campaign: Campaign, settings, run: str, hang_after_s: float = HANG_
                                                     % (waited, pending_after_s),)
         elif status.seconds_without_progress is not None and status.seconds_without_progress > hang_after_s:
             quiet = status.seconds_without_progress
+        elif status.state == "running" and getattr(settings, "early_stop", False):
+            stopped = _early_stop(campaign, settings, backend, run, launches[run])
+            if stopped is None:
+                return None
         else:
             return None
         status = backend.teardown(run_dir)
@@ -269,16 +273,40 @@ def finalize(campaign: Campaign, settings, run: str, hang_after_s: float = HANG_
         events = events + (unavailable,)
     started, ended = status.started or status.ended or 0.0, status.ended or status.started or 0.0
     simulated = simulated_seconds(log) if launches[run].get("simulated") else None
+    if simulated is None and stopped is not None and launches[run].get("simulated"):
+        simulated = logged_seconds(log)  # stopped early: the simulated time of the iterations it printed
     if simulated is not None:  # charged for the time the simulated run stands for, not the seconds it took here
         ended = started + simulated
     facts = RunFacts(run=run, log_path=log, exit_code=status.exit_code, started=started, ended=ended,
                      gpus=launches[run]["gpus"], seq_length=seq, slime=slime_shape(run_dir), events=events,
                      seconds_without_progress=quiet,
-                     hang_after_s=hang_after_s, backend_message=status.message)
+                     hang_after_s=hang_after_s, backend_message=status.message, early_stop=stopped)
     row = finalize_run(campaign, facts)
     if status.state != "torn_down":  # the run is recorded: release what it still holds
         backend.teardown(run_dir)
     return row
+
+
+def _early_stop(campaign: Campaign, settings, backend, run: str, launch: dict) -> Optional[dict]:
+    """``earlystop.decide`` on the run's log so far (None: let it run)."""
+    from attune.campaign import earlystop
+    run_dir = campaign.run_dir(run)
+    try:
+        log = backend.log_path(run_dir)
+    except CheckFailed:
+        return None
+    return earlystop.decide(campaign.ledger.rows(), launch, log, settings.window, seq_length(run_dir), settings)
+
+
+def logged_seconds(log: Path) -> Optional[float]:
+    """The seconds the iterations of ``log`` took, as it states them (``elapsed time per iteration``); None with
+    none."""
+    try:
+        steps = logparse.parse_file(log).get("steps", ())
+    except (OSError, AttuneError):
+        return None
+    total = sum(step["elapsed_ms"] or 0.0 for step in steps) / 1000.0
+    return total or None
 
 
 def finalize_answer(campaign: Campaign, row: dict) -> dict:

@@ -13,7 +13,7 @@ the strings ``"nan"``, ``"inf"`` and ``"-inf"``, because strict JSON has no such
 from __future__ import annotations
 
 LAUNCH_PURPOSES = ("baseline", "candidate", "repeat", "confirm", "profile", "replay")
-RESULT_STATUSES = ("finished", "failed", "timeout", "cancelled", "incomplete")
+RESULT_STATUSES = ("finished", "failed", "timeout", "cancelled", "incomplete", "stopped_early")
 
 # kind -> (required fields, optional fields); each maps field -> type.
 LEDGER_KINDS = {
@@ -35,7 +35,7 @@ LEDGER_KINDS = {
     "result": (
         {"run": "str", "status": "enum:" + "|".join(RESULT_STATUSES)},
         {"metrics": "object", "failure": "object", "log_sha256": "str", "simulated": "bool",
-         "cpu": "bool", "warnings": "list[str]"},
+         "cpu": "bool", "warnings": "list[str]", "early_stop": "object"},
     ),
     "gate": (
         {"run": "str", "verdict": "enum:pass|fail", "against": "str"},

@@ -173,6 +173,10 @@ SPECS = (
          "most runs in flight at once: above 1, up to this many one-lever candidates against the same leader run "
          "together (each still one change from its parent), when the budget holds their reservations and the "
          "cluster can place them", "1", group="budget"),
+    Spec("ATTUNE_EARLY_STOP", "early_stop", "bool", "0",
+         "stop a candidate whose scored iterations so far show, at the leader test's own level, that it cannot beat "
+         "the leader (recorded stopped_early, charged for what it used, never ranked; never a baseline, repeat, "
+         "confirmation or leave-one-out run)", "0", group="measurement"),
     Spec("ATTUNE_HANG_AFTER_S", "hang_after_s", "float", "900",
          "seconds a running job may print nothing of its own (launcher chatter does not count) before it is torn "
          "down as a hang", "900", group="measurement"),
@@ -220,6 +224,7 @@ class Settings:
     hang_after_s: float = 900.0
     local_memory_mb: Optional[float] = None
     max_in_flight: int = 1
+    early_stop: bool = False
 
     @property
     def budget_kind(self) -> str:

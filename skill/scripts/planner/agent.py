@@ -130,12 +130,15 @@ class Planner(VerbRunner, Notes, History):
     def follow(self, run: str) -> dict:
         """Poll until the run has ended, finalize it, rank; return its ``last_results`` entry."""
         interval = POLL_S.get(self.settings.get("ATTUNE_BACKEND"), 90.0)
+        # with early stopping, a running candidate is offered to finalize at every look (it stops it or says it runs)
+        early = str(self.settings.get("ATTUNE_EARLY_STOP") or "0").lower() in ("1", "true", "yes", "on")
         while True:
             code, poll, _out, err = self.verb("poll", run, "--json")
             if code != 0:
                 raise PlannerError("poll %s: %s" % (run, err.strip()))
             quiet = poll.get("seconds_without_progress") or 0
-            if poll.get("done") or quiet > float(self.settings.get("ATTUNE_HANG_AFTER_S") or HANG_AFTER_S):
+            if poll.get("done") or quiet > float(self.settings.get("ATTUNE_HANG_AFTER_S") or HANG_AFTER_S) or \
+                    (early and poll.get("state") == "running"):
                 code, data, _out, err = self.verb("finalize", run, "--json")
                 if code == 0:
                     break

@@ -1,0 +1,75 @@
+"""Early stopping of a candidate that cannot beat the leader (``ATTUNE_EARLY_STOP=1``).
+
+While a candidate runs, its scored iterations so far (the scoring window's, measurement.md §3) give an estimate
+``x`` of its log throughput and a standard error ``se`` (the sd of the steps' log throughput over the square root
+of their number). Its recipe leads only if, after its paired confirmation, the mean of its two runs is ahead of
+the leader by the leader test's need ``b`` (``leader_test.need_log``: 2 runs against the leader's). If the
+recipe would really get there, this run's ``x`` lies below the recipe's mean by more than ``z * s`` with
+probability at most ``alpha``, where ``s = sqrt(sd^2 + se^2)`` adds the campaign's run-to-run sd to the steps'
+sampling error and ``alpha`` is the leader test's own one-sided level for a 2-run candidate
+(``leader_test.look_level``). So the run is stopped when
+
+    x - ln(leader) + z(1 - alpha) * s < b
+
+at the rule's own error rate: a run whose recipe would have won is stopped with probability at most ``alpha``.
+Nothing is stopped before ``MIN_SCORED`` scored iterations, before the band is established, or for a baseline,
+repeat, confirmation, profile, replay or leave-one-out run. A stopped run is recorded as ``stopped_early`` with
+this evidence, charged for what it used, and never ranked.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from pathlib import Path
+from statistics import NormalDist
+from typing import Optional
+
+from attune.core import logparse
+
+from . import ranking as ranking_mod
+from .leader_test import look_level, need_log
+
+MIN_SCORED = 5  # scored iterations before any decision
+
+
+def decide(rows: list, launch: dict, log: Path, window: tuple, seq_length: Optional[int],
+           settings=None) -> Optional[dict]:
+    """The evidence to stop the candidate of ``launch`` now (its log so far at ``log``), or None to let it run."""
+    if launch.get("purpose") != "candidate" or launch.get("leave_out") or \
+            (launch.get("hypothesis") or "").lower().startswith("leave-one-out"):
+        return None
+    if not log.is_file() or not seq_length:
+        return None
+    ranking = ranking_mod.build(rows, **({} if settings is None else dict(
+        noise_floor=settings.noise_floor, baseline_repeats=settings.baseline_repeats,
+        false_win_rate=settings.false_win_rate)))
+    leader = ranking.leader
+    if leader is None or not ranking.band_established or ranking.noise_sd is None or not leader.n:
+        return None
+    parsed = logparse.parse_file(log)
+    first, last = window
+    steps = [s for s in parsed.get("steps", ()) if first <= s["step"] <= last and s.get("elapsed_ms")
+             and s.get("global_batch_size")]
+    if len(steps) < MIN_SCORED:
+        return None
+    gpus = launch["gpus"]
+    logs = [math.log(s["global_batch_size"] * seq_length / (s["elapsed_ms"] / 1000.0) / gpus) for s in steps]
+    x = statistics.fmean(logs)
+    se = statistics.stdev(logs) / math.sqrt(len(logs)) if len(logs) > 1 else 0.0
+    sd, df = ranking.noise_sd, max(ranking.noise_df, 1)
+    alpha = look_level(ranking.share, 2)
+    need = need_log(ranking.share, 2, leader.n, sd, df, ranking.noise_floor)
+    z = NormalDist().inv_cdf(1.0 - alpha)
+    s = math.sqrt(sd ** 2 + se ** 2)
+    bound = x - math.log(leader.score) + z * s
+    if bound >= need:
+        return None
+    return {"scored_steps": len(steps), "through_step": steps[-1]["step"],
+            "tokens_per_s_per_gpu": round(math.exp(x), 3), "leader": leader.first.run,
+            "leader_tokens_per_s_per_gpu": round(leader.score, 3), "need": round(math.expm1(need), 6),
+            "best_case": round(math.expm1(bound), 6), "level": alpha, "noise_sd": sd, "step_se": round(se, 6),
+            "evidence": "after %d scored iterations (through %d) %.1f tokens/s/GPU is %+.2f%% against leader %s; even "
+                        "at the rule's level %.3g%% it could reach %+.2f%%, and it needs %+.2f%%" % (
+                            len(steps), steps[-1]["step"], math.exp(x), 100 * math.expm1(x - math.log(leader.score)),
+                            leader.first.run, 100 * alpha, 100 * math.expm1(bound), 100 * math.expm1(need))}
