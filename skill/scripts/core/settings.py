@@ -532,7 +532,14 @@ def freeze(settings: Settings, campaign_dir) -> Path:
     if path.exists():
         # a copy frozen before a setting was added lacks its line: it is the same settings if it loads to them
         frozen = files.read_text(path, "frozen settings file", "restore it, or start a new campaign directory")
-        if frozen != text and load(parse_env_file(path)) != settings:
+        if frozen != text:
+            try:
+                same = load(parse_env_file(path)) == settings
+            except SettingsError as exc:  # cut short, or edited: wherever the cut falls, the file is named
+                raise SettingsError(["%s: the campaign's frozen settings are not valid (%s). Fix: restore the settings "
+                                     "the campaign started with, or start a new campaign directory"
+                                     % (path, "; ".join(exc.problems))])
+        if frozen != text and not same:
             raise SettingsError(["%s: the campaign already has different frozen settings. Fix: resume with the "
                                  "settings it started with, or start a new campaign directory" % path])
         return path

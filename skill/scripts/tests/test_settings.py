@@ -218,3 +218,20 @@ def test_a_job_variable_in_a_settings_file_says_where_it_belongs(tmp_path):
         str(caught.value) and "runtimeEnvYAML env_vars" in str(caught.value)
     config.write_text("ATTUNE_CLAUDE_BIN=/opt/claude\n")  # read from the environment: ignored in a settings file
     assert s.load(dict(GOOD), config) == s.load(dict(GOOD))
+
+
+def test_a_frozen_settings_file_cut_anywhere_is_refused_naming_it(tmp_path):
+    """Wherever a cut falls (mid-value, mid-name, at a line's end), freezing over it is refused with the file named
+    (or, when the lines it dropped held only defaults, taken as the same settings):
+    the verdict must not depend on where the cut lands, which moves with the length of the paths the file holds."""
+    made = s.load(dict(GOOD))
+    path = s.freeze(made, tmp_path)
+    text = path.read_text()
+    for cut in range(1, len(text) - 1, 3):
+        path.write_text(text[:cut])
+        try:
+            s.freeze(made, tmp_path)
+        except SettingsError as found:
+            assert str(path) in " ".join(found.problems), (cut, found.problems)
+        else:  # only a cut that leaves the same settings (the lines it dropped held defaults) is taken
+            assert s.load(s.parse_env_file(path)) == made, cut
