@@ -240,3 +240,31 @@ def test_the_planner_runs_two_candidates_at_once_on_ray_and_the_ledger_verifies(
         finalized = sum(1 for row in rows if row["kind"] == "result")
         assert budget["in_flight"] == [] and budget["spent"] == finalized
         assert abs(budget["gpu_hours_spent"] - charged) < 0.01
+
+
+def test_real_megatron_on_the_cpu_runs_through_the_ray_backend(ray_cluster, tmp_path):
+    """Megatron-LM's own pretrain_gpt.py (a tiny GPT, 2 ranks on the CPU, through the cpu pod hook) as a Ray job:
+    finalized as a cpu run with its 20 real iterations, read from the job's logs."""
+    from test_megatron_real import SMALLER, _megatron
+    sys.path.insert(0, str(SCRIPTS.parents[1] / "harness"))
+    import megatron_cpu
+    megatron = _megatron()
+    missing = megatron_cpu.missing_packages()
+    assert not missing, "the real-Megatron tests need %s: pip install -e '.[megatron]'" % " ".join(missing)
+    megatron_cpu.build_helpers(megatron)
+    text = Recipe(megatron_cpu.recipe_text(megatron), "baseline.yaml").apply(SMALLER).render()
+    for campaign, made in local_campaign(tmp_path, text, "rm-", "ray-megatron", ATTUNE_BACKEND="ray",
+                                         ATTUNE_RAY_ADDRESS=ray_cluster.address, ATTUNE_POD_HOOKS="cpu"):
+        launch = runs.launch_baseline(campaign, made)
+        backend = backends.get("ray", made)
+        try:
+            status = wait(campaign, made, launch["run"], ("succeeded", "failed", "lost"), timeout=600)
+            log = campaign.run_dir(launch["run"]) / "log.txt"
+            assert status.state == "succeeded", log.read_text()[-3000:] if log.exists() else status
+            result = runs.finalize(campaign, made, launch["run"])
+        finally:
+            backend.teardown(campaign.run_dir(launch["run"]))
+        assert launch["cpu"] is True and launch["backend"] == "ray"
+        assert result["status"] == "finished" and result["cpu"] is True
+        assert result["metrics"]["iter"] == list(range(1, 21)) and result["metrics"]["gpus"] == 2
+        assert "iteration       20/      20" in log.read_text()
