@@ -20,7 +20,7 @@ from test_bad_input import trace_text
 
 from attune import cli
 from attune.campaign import backends, ranking
-from attune.core import triage
+from attune.core import schema, triage
 from attune.pod_hooks import hooks
 from attune.profile_analyzer import diagnose
 
@@ -156,7 +156,7 @@ def test_every_snake_case_word_skill_md_names_is_a_key_or_a_value_the_code_defin
     # the fields of status's actions that only some campaign states produce (repeat's repeat_of), from the code
     action_keys = set(re.findall(r", (\w+)=", inspect.getsource(ranking._pending)))
     assert "count" in action_keys
-    vocabulary = (action_keys | set(triage.CLASSES) | set(hooks.HOOKS) | set(diagnose.LEVERS) | set(backends.STATES)
+    vocabulary = (action_keys | set(schema.RESULT_STATUSES) | set(triage.CLASSES) | set(hooks.HOOKS) | set(diagnose.LEVERS) | set(backends.STATES)
                   | string_values(answers))
     unknown = [word for word in words if word not in keys and word not in vocabulary]
     assert not unknown, "SKILL.md names words that are neither a JSON key nor a defined value: %s" % ", ".join(unknown)
