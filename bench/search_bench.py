@@ -267,6 +267,7 @@ def run_one(task: dict) -> dict:
     from search import methods
     from search.evaluator import Evaluator, canonical
     name, seed = task["workload"], task["seed"]
+    methods.EARLY_STOP = bool(task.get("early_stop"))
     if task["truth"] == "cpu-table":
         from search.table import TableEvaluator
         ev = TableEvaluator(seed)
@@ -308,7 +309,8 @@ def run_one(task: dict) -> dict:
             "illegal": trace.illegal, "stop": trace.stop, "notes": trace.notes,
             "best_launched": max([t for _, t in trace.launched] + [0.0]),
             "timeline": [[s, t] for s, t in trace.timeline], "seconds": time.perf_counter() - start,
-            "shipped_change": _describe_change(base, trace.shipped_recipe)}
+            "shipped_change": _describe_change(base, trace.shipped_recipe),
+            "stops": trace.stops, "stop_saved": trace.stop_saved, "false_stops": trace.false_stops}
     if "planner" in out["methods"]:  # the others' incumbent when they had spent what the planner spent
         spent = out["methods"]["planner"]["spent"]
         for m in out["methods"].values():
@@ -505,6 +507,9 @@ def main(argv=None) -> int:
     parser.add_argument("--spread", choices=("loo", "within"), default="loo")
     parser.add_argument("--memory-sd", type=float, default=0.05)
     parser.add_argument("--startup-s", type=float, default=None, help="default: simulate.sim_megatron.STARTUP_S")
+    parser.add_argument("--early-stop", action="store_true",
+                        help="ATTUNE_EARLY_STOP: each method's candidates stopped early by the campaign's rule "
+                             "(skill/scripts/campaign/earlystop.py), looked at after every scored iteration")
     parser.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1))
     parser.add_argument("--quick", action="store_true", help="smoke run: 2 workloads, 2 seeds, 10-run budget")
     parser.add_argument("--out", help="write the results (JSON) here")
@@ -519,7 +524,7 @@ def main(argv=None) -> int:
     stats = error_stats()
     tasks = [{"workload": name, "seed": args.seed_offset + seed, "budget_runs": args.budget_runs,
               "truth_key": args.truth_key, "spread": args.spread, "memory_sd": args.memory_sd, "startup_s": startup,
-              "methods": tuple(args.methods), "truth": truth}
+              "methods": tuple(args.methods), "truth": truth, "early_stop": args.early_stop}
              for truth in args.truths for name in (["gpt_tiny_cpu"] if truth == "cpu-table" else args.workloads)
              for seed in range(args.seeds)]
     # longest first, so the two workers finish together

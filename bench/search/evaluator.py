@@ -135,6 +135,7 @@ class Run:
     max_reserved_gib: Optional[float]
     cost: float  # GPU-hours
     score: object = None  # attune.core.measure.RunScore
+    step_ms: Optional[list] = None  # the 20 iterations' times, for early stopping
 
 
 def canonical(recipe: Recipe) -> str:
@@ -263,7 +264,8 @@ class Evaluator(object):
                    "global_batch_size": self.gbs, "seq_length": self.seq, "gpus": self.gpus}
         score = score_run("finished", metrics)
         cost = self.gpus * (self.startup_s + sum(times)) / 3600.0
-        return Run(True, None, score.tokens_per_s_per_gpu, score.step_time_s, truth.memory_gib, cost, score)
+        return Run(True, None, score.tokens_per_s_per_gpu, score.step_time_s, truth.memory_gib, cost, score,
+                   metrics["step_ms"])
 
     def expected_cost(self, recipe=None) -> float:
         """The true cost of one successful run of ``recipe`` (default the baseline) without noise."""

@@ -49,6 +49,7 @@ from attune.planner import policy, space as space_mod  # noqa: E402
 
 from .evaluator import Evaluator, canonical  # noqa: E402
 
+EARLY_STOP = False  # ATTUNE_EARLY_STOP: search_bench.py --early-stop sets it
 NOISE_FLOOR = 0.01  # ATTUNE_NOISE_FLOOR's default
 BASELINE_REPEATS = 3  # ATTUNE_BASELINE_REPEATS's default
 MAX_DRAWS = 3000  # illegal draws in a row before a model-free method gives up
@@ -74,6 +75,9 @@ class Trace:
     baseline_measured: Optional[float] = None
     stop: str = ""
     notes: list = dataclasses.field(default_factory=list)
+    stops: int = 0  # candidates stopped early
+    stop_saved: float = 0.0  # GPU-hours the stops saved (each run's full cost less what it used)
+    false_stops: int = 0  # stopped runs whose full run would have cleared the need they were stopped on
 
     def record(self, ev: Evaluator, recipe, run, incumbent) -> None:
         self.spent += run.cost
@@ -120,11 +124,14 @@ class Campaign(object):
         self.recipes.setdefault(sha, recipe)
         run_id = "r%03d" % (len(self.runs) + 1)
         result = self.ev.launch(recipe, "%s|%d|%s" % (self.trace.method, self.seed, run_id))
-        score = result.score if result.ok else not_rankable("run failed: %s" % result.failure)
+        if EARLY_STOP and purpose == "candidate" and not leave_out and result.ok and result.step_ms:
+            result = self._early_stop(result)
+        score = result.score if result.ok else not_rankable("run %s: %s" % (
+            "stopped early" if result.failure == "stopped_early" else "failed", result.failure))
         self.runs[run_id] = ranking_mod.RunView(
             run=run_id, purpose=purpose, recipe=sha, launch_ts="%06d" % len(self.runs), gpus=self.ev.gpus,
             backend="simulated", parent=parent, lever=lever, leave_out=leave_out, simulated=True,
-            status="finished" if result.ok else "failed",
+            status="finished" if result.ok else ("stopped_early" if result.failure == "stopped_early" else "failed"),
             failure=None if result.ok else {"class": result.failure}, score=score)
         self.order[run_id] = len(self.runs)
         self.cost[run_id] = result.cost
@@ -133,6 +140,30 @@ class Campaign(object):
         lead = self.recipes[rank.leader.sha] if rank.leader is not None else None
         self.trace.record(self.ev, recipe, result, lead)
         return run_id
+
+    def _early_stop(self, result):
+        """``earlystop.rule`` after each scored iteration of the run (the planner looks while it runs): the run as
+        stopped at the first iteration it fires, charged for the iterations it ran; as it was otherwise."""
+        from attune.campaign import earlystop
+        rank = self.ranking()
+        leader = rank.leader
+        if leader is None or not rank.band_established or rank.noise_sd is None:
+            return result
+        ev, times = self.ev, result.step_ms
+        logs = []
+        for index in range(4, 19):  # iterations 5..19, the scoring window
+            logs.append(math.log(ev.gbs * ev.seq / (times[index] / 1000.0) / ev.gpus))
+            found = earlystop.rule(logs, leader.score, leader.n, rank.noise_sd, rank.noise_df, rank.share,
+                                   rank.noise_floor)
+            if found is None:
+                continue
+            used = ev.gpus * (ev.startup_s + sum(times[:index + 1]) / 1000.0) / 3600.0
+            self.trace.stops += 1
+            self.trace.stop_saved += result.cost - used
+            if result.tokens / leader.score - 1 >= found["need"]:
+                self.trace.false_stops += 1
+            return dataclasses.replace(result, ok=False, failure="stopped_early", cost=used, score=None)
+        return result
 
     def ranking(self):
         return ranking_mod.assemble(dict(self.runs), [], [], noise_floor=NOISE_FLOOR,
@@ -206,9 +237,11 @@ class PlannerDriver(Campaign):
             gain = None
             if run.recipe in waiting:
                 verdict = "beats"
+            elif run.status == "stopped_early":  # as agent.py reads it: a result that did not finish
+                verdict = "failed"
             else:
                 try:
-                    verdict, _text = lessons_mod.verdict(rank, run)
+                    verdict, _text, _gain = lessons_mod.verdict(rank, run)
                 except CheckFailed:  # it beats its parent but not the leader, ungated: `attune lesson` refuses it,
                     verdict = "rejected"  # and agent.py reads a run with no lesson as rejected
                 gain = rank.relative(recipe.score, rank.recipe_of(run.parent))

@@ -55,21 +55,35 @@ def decide(rows: list, launch: dict, log: Path, window: tuple, seq_length: Optio
         return None
     gpus = launch["gpus"]
     logs = [math.log(s["global_batch_size"] * seq_length / (s["elapsed_ms"] / 1000.0) / gpus) for s in steps]
+    found = rule(logs, leader.score, leader.n, ranking.noise_sd, ranking.noise_df, ranking.share,
+                 ranking.noise_floor)
+    if found is None:
+        return None
+    found.update(through_step=steps[-1]["step"], leader=leader.first.run)
+    found["evidence"] = "after %d scored iterations (through %d) %s" % (
+        len(steps), steps[-1]["step"], found["evidence"].replace("{leader}", leader.first.run))
+    return found
+
+
+def rule(logs: list, leader_score: float, leader_runs: int, sd: float, df: int, share: float,
+         floor: float) -> Optional[dict]:
+    """The rule itself, on the log throughputs of a run's scored steps so far (``logs``) against a leader of score
+    ``leader_score`` over ``leader_runs`` runs, with the campaign's run-to-run ``sd`` (``df``), its per-candidate
+    share of the false-win rate and its noise floor: the evidence to stop, or None."""
+    if len(logs) < MIN_SCORED or sd is None or not leader_runs:
+        return None
     x = statistics.fmean(logs)
     se = statistics.stdev(logs) / math.sqrt(len(logs)) if len(logs) > 1 else 0.0
-    sd, df = ranking.noise_sd, max(ranking.noise_df, 1)
-    alpha = look_level(ranking.share, 2)
-    need = need_log(ranking.share, 2, leader.n, sd, df, ranking.noise_floor)
+    alpha = look_level(share, 2)
+    need = need_log(share, 2, leader_runs, sd, max(df, 1), floor)
     z = NormalDist().inv_cdf(1.0 - alpha)
-    s = math.sqrt(sd ** 2 + se ** 2)
-    bound = x - math.log(leader.score) + z * s
+    bound = x - math.log(leader_score) + z * math.sqrt(sd ** 2 + se ** 2)
     if bound >= need:
         return None
-    return {"scored_steps": len(steps), "through_step": steps[-1]["step"],
-            "tokens_per_s_per_gpu": round(math.exp(x), 3), "leader": leader.first.run,
-            "leader_tokens_per_s_per_gpu": round(leader.score, 3), "need": round(math.expm1(need), 6),
+    return {"scored_steps": len(logs), "tokens_per_s_per_gpu": round(math.exp(x), 3),
+            "leader_tokens_per_s_per_gpu": round(leader_score, 3), "need": round(math.expm1(need), 6),
             "best_case": round(math.expm1(bound), 6), "level": alpha, "noise_sd": sd, "step_se": round(se, 6),
-            "evidence": "after %d scored iterations (through %d) %.1f tokens/s/GPU is %+.2f%% against leader %s; even "
-                        "at the rule's level %.3g%% it could reach %+.2f%%, and it needs %+.2f%%" % (
-                            len(steps), steps[-1]["step"], math.exp(x), 100 * math.expm1(x - math.log(leader.score)),
-                            leader.first.run, 100 * alpha, 100 * math.expm1(bound), 100 * math.expm1(need))}
+            "evidence": "%.1f tokens/s/GPU is %+.2f%% against leader {leader}; even at the rule's level %.3g%% it could reach "
+                        "%+.2f%%, and it needs %+.2f%%" % (
+                            math.exp(x), 100 * math.expm1(x - math.log(leader_score)), 100 * alpha,
+                            100 * math.expm1(bound), 100 * math.expm1(need))}
