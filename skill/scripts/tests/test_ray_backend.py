@@ -7,6 +7,8 @@ that none is left."""
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
 import time
@@ -32,9 +34,17 @@ SIM = SCRIPTS / "simulate" / "sim_megatron.py"
 @pytest.fixture(scope="session")
 def ray_cluster(tmp_path_factory):
     cluster = RayCluster(tmp_path_factory.mktemp("ray-cluster"), cpus=2, start_timeout_s=15).start()
+    previous = signal.getsignal(signal.SIGTERM)
+
+    def terminated(signum, frame):  # a CI run stopped from outside still ends the cluster it started
+        cluster.stop(check=False)
+        signal.signal(signal.SIGTERM, previous if callable(previous) else signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGTERM)
+    signal.signal(signal.SIGTERM, terminated)
     try:
         yield cluster
     finally:
+        signal.signal(signal.SIGTERM, previous)
         cluster.stop(check=True)  # every process it started ended, nothing listening: else an error here
 
 
