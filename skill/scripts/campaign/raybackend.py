@@ -301,16 +301,22 @@ def version_and_gpus(address: str, timeout_s: float = 10.0) -> dict:
             return json.loads(resp.read().decode("utf-8"))
     try:
         version = get("/api/version")
+        nodes = get("/api/v0/nodes?limit=10000")
         status = get("/api/cluster_status")
     except (urllib.error.URLError, OSError, ValueError) as exc:
         raise InputError("ATTUNE_RAY_ADDRESS=%s: the Ray dashboard does not answer (%s). Fix: give the address of "
                          "a running cluster's dashboard, http://HOST:8265" % (address, _one_line(exc)))
+    alive = [node for node in ((((nodes.get("data") or {}).get("result") or {}).get("result")) or [])
+             if node.get("state") == "ALIVE"]
+    # what is in use comes from the autoscaler's report, which a cluster that just started has not written yet:
+    # then nothing is counted in use
     usage = ((((status.get("data") or {}).get("clusterStatus") or {}).get("loadMetricsReport") or {})
              .get("usage") or {})
-    out = {"ray_version": version.get("ray_version")}
+    out = {"ray_version": version.get("ray_version"), "nodes": len(alive)}
     for key, name in (("GPU", "gpus"), ("CPU", "cpus")):
-        used, total = (usage.get(key) or [0.0, 0.0])[:2]
-        out[name], out[name + "_free"] = total, total - used
+        total = sum(float((node.get("resources_total") or {}).get(key) or 0.0) for node in alive)
+        used = float((usage.get(key) or [0.0, 0.0])[0])
+        out[name], out[name + "_free"] = total, max(0.0, total - used)
     return out
 
 

@@ -93,6 +93,25 @@ class RayCluster(object):
                 raise RuntimeError("the Ray dashboard did not answer at %s" % self.address)
             time.sleep(0.5)
 
+    def alive(self) -> bool:
+        """Whether the cluster still answers: its holder runs and its job server replies."""
+        if self.holder is None or self.holder.poll() is not None or self.forwarder is None or \
+                self.forwarder.poll() is not None:
+            return False
+        try:
+            with urllib.request.urlopen(self.address + "/api/version", timeout=10) as resp:
+                return resp.status == 200
+        except OSError:
+            return False
+
+    def describe(self) -> str:
+        """What is left of the cluster, for a report when it stopped answering."""
+        return "holder %s, forwarder %s, %d process(es) in its network namespace" % (
+            "running" if self.holder is not None and self.holder.poll() is None else
+            "exited %s" % (self.holder.poll() if self.holder is not None else None),
+            "running" if self.forwarder is not None and self.forwarder.poll() is None else "exited",
+            len(self.processes()))
+
     def processes(self) -> list:
         """The pids in the cluster's network namespace."""
         if self.netns is None:

@@ -32,20 +32,42 @@ SIM = SCRIPTS / "simulate" / "sim_megatron.py"
 
 
 @pytest.fixture(scope="session")
-def ray_cluster(tmp_path_factory):
-    cluster = RayCluster(tmp_path_factory.mktemp("ray-cluster"), cpus=2, start_timeout_s=15).start()
+def ray_session(tmp_path_factory):
+    """The session's Ray cluster (``{"cluster": RayCluster}``), started by the first test that needs it."""
+    held = {"cluster": None, "root": tmp_path_factory.mktemp("ray-cluster"), "starts": 0}
     previous = signal.getsignal(signal.SIGTERM)
 
     def terminated(signum, frame):  # a CI run stopped from outside still ends the cluster it started
-        cluster.stop(check=False)
+        if held["cluster"] is not None:
+            held["cluster"].stop(check=False)
         signal.signal(signal.SIGTERM, previous if callable(previous) else signal.SIG_DFL)
         os.kill(os.getpid(), signal.SIGTERM)
     signal.signal(signal.SIGTERM, terminated)
     try:
-        yield cluster
+        yield held
     finally:
         signal.signal(signal.SIGTERM, previous)
-        cluster.stop(check=True)  # every process it started ended, nothing listening: else an error here
+        if held["cluster"] is not None:
+            held["cluster"].stop(check=True)  # every process it started ended, nothing listening: else an error
+
+
+@pytest.fixture
+def ray_cluster(ray_session):
+    """A Ray cluster that answers: the session's, started again (and the old one ended by pid, checked gone) when
+    it stopped answering between tests, with a warning that says what was left of it."""
+    cluster = ray_session["cluster"]
+    if cluster is not None and not cluster.alive():
+        import warnings
+        warnings.warn("the Ray test cluster stopped answering between tests (%s): it is started again"
+                      % cluster.describe())
+        cluster.stop(check=True)
+        cluster = None
+    if cluster is None:
+        ray_session["starts"] += 1
+        cluster = RayCluster(ray_session["root"] / ("c%d" % ray_session["starts"]), cpus=2,
+                             start_timeout_s=15).start()
+        ray_session["cluster"] = cluster
+    return cluster
 
 
 def ray_settings(cluster, **extra):
