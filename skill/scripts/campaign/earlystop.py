@@ -27,23 +27,19 @@ from typing import Optional
 
 from attune.core import logparse
 
-from . import ranking as ranking_mod
 from .leader_test import look_level, need_log
 
 MIN_SCORED = 5  # scored iterations before any decision
 
 
-def decide(rows: list, launch: dict, log: Path, window: tuple, seq_length: Optional[int],
-           settings=None) -> Optional[dict]:
-    """The evidence to stop the candidate of ``launch`` now (its log so far at ``log``), or None to let it run."""
+def decide(ranking, launch: dict, log: Path, window: tuple, seq_length: Optional[int]) -> Optional[dict]:
+    """The evidence to stop the candidate of ``launch`` now (its log so far at ``log``), or None to let it run.
+    ``ranking``: the campaign's, as its settings rank it (``snapshot.take``)."""
     if launch.get("purpose") != "candidate" or launch.get("leave_out") or \
             (launch.get("hypothesis") or "").lower().startswith("leave-one-out"):
         return None
     if not log.is_file() or not seq_length:
         return None
-    ranking = ranking_mod.build(rows, **({} if settings is None else dict(
-        noise_floor=settings.noise_floor, baseline_repeats=settings.baseline_repeats,
-        false_win_rate=settings.false_win_rate)))
     leader = ranking.leader
     if leader is None or not ranking.band_established or ranking.noise_sd is None or not leader.n:
         return None

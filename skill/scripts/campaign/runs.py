@@ -295,7 +295,9 @@ def _early_stop(campaign: Campaign, settings, backend, run: str, launch: dict) -
         log = backend.log_path(run_dir)
     except CheckFailed:
         return None
-    return earlystop.decide(campaign.ledger.rows(), launch, log, settings.window, seq_length(run_dir), settings)
+    snap = snapshot_mod.take(campaign.dir, use_cache=True)  # a look at every poll: the view cache spares the ledger
+    snap.finish()
+    return earlystop.decide(snap.ranking, launch, log, settings.window, seq_length(run_dir))
 
 
 def logged_seconds(log: Path) -> Optional[float]:
