@@ -129,13 +129,7 @@ class Recipe(object):
 
     def env(self) -> dict:
         """The job's environment: ``runtimeEnvYAML`` env_vars, then ``NAME=value`` before the program."""
-        out = {}
-        if self._env is not None:
-            try:
-                data = yaml.safe_load(self._env.value) or {}
-            except yaml.YAMLError as exc:
-                raise InputError("%s: spec.runtimeEnvYAML is not valid YAML: %s" % (self.source, exc))
-            out.update({str(k): str(v) for k, v in (data.get("env_vars") or {}).items()})
+        out = {str(k): str(v) for k, v in (self.runtime_env().get("env_vars") or {}).items()}
         out.update(self.command.prefix_env())
         return out
 
