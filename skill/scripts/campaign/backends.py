@@ -88,6 +88,10 @@ class LocalBackend(object):
         (run_dir / "local.json").write_text(json.dumps(spec, indent=2))
         proc = subprocess.Popen([sys.executable, str(LOCALRUN), str(run_dir)], start_new_session=True,
                                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        # which process this is, beyond its number: a pid is reused once its process is gone, and a stale number
+        # must never lead status to call another process this run, or teardown to signal another process group
+        identity = {"pid": proc.pid, "start_ticks": _start_ticks(proc.pid), "boot_id": _boot_id()}
+        (run_dir / "process.json").write_text(json.dumps(identity))
         (run_dir / "pid").write_text(str(proc.pid))
 
     def log_path(self, run_dir: Path) -> Path:
@@ -122,7 +126,7 @@ class LocalBackend(object):
         pid = int(pid_file.read_text())
         log = self.log_path(run_dir)
         quiet = _seconds_without_progress(run_dir, log, started) if log.exists() else None
-        if _alive(pid):
+        if _alive(pid) and _is_run_process(run_dir, pid):
             return Status("running" if started else "pending", None, started, None, quiet)
         ended = log.stat().st_mtime if log.exists() else time.time()
         return Status("lost", None, started, ended)
@@ -139,6 +143,11 @@ class LocalBackend(object):
             return before
         pid = int((run_dir / "pid").read_text())
         for sig, wait in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 5.0)):
+            # the group is signalled only while its leader is this run's process (status checked that), or, once
+            # the leader has ended, while members of its group live on: their group id holds the number, so the
+            # kernel cannot have given it to another process meanwhile
+            if not (_is_run_process(run_dir, pid) or (sig == signal.SIGKILL and _group_alive(pid))):
+                break
             try:
                 os.killpg(pid, sig)
             except ProcessLookupError:
@@ -265,6 +274,58 @@ def _seconds_without_progress(run_dir: Path, log: Path, started: Optional[float]
     return max(0.0, now - since)
 
 
+def _proc_stat(pid: int) -> Optional[list]:
+    """The fields of ``/proc/PID/stat`` after the command name (state first), or None where there is none."""
+    try:
+        with open("/proc/%d/stat" % pid) as handle:
+            return handle.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+
+
+def _start_ticks(pid: int) -> Optional[int]:
+    """When process ``pid`` started, in clock ticks since boot (``/proc/PID/stat`` field 22), or None where
+    this host has no ``/proc``."""
+    fields = _proc_stat(pid)
+    try:
+        return int(fields[19]) if fields else None
+    except (IndexError, ValueError):
+        return None
+
+
+def _boot_id() -> Optional[str]:
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as handle:
+            return handle.read().strip() or None
+    except OSError:
+        return None
+
+
+def _is_run_process(run_dir: Path, pid: int) -> bool:
+    """Whether ``pid`` is still the process the run was started as (``process.json``: its pid, start time in
+    ticks since boot, and the boot), not a later process given the same number. A run recorded before
+    ``process.json`` is matched by the start time against when its ``pid`` file was written (within 5 s).
+    On a host without ``/proc`` nothing can be checked: a live pid is taken as the run's."""
+    ticks = _start_ticks(pid)
+    if ticks is None:
+        return _alive(pid)
+    try:
+        identity = json.loads((run_dir / "process.json").read_text())
+    except (OSError, ValueError):
+        identity = None
+    if isinstance(identity, dict) and identity.get("start_ticks") is not None:
+        boot = _boot_id()
+        return (identity.get("pid") == pid and identity["start_ticks"] == ticks
+                and (boot is None or identity.get("boot_id") in (None, boot)))
+    try:  # no record of identity: the process must have started when the pid file was written
+        written = (run_dir / "pid").stat().st_mtime
+        with open("/proc/stat") as handle:
+            boot_s = next(int(line.split()[1]) for line in handle if line.startswith("btime "))
+    except (OSError, StopIteration, IndexError, ValueError):
+        return _alive(pid)
+    return abs(boot_s + ticks / float(os.sysconf("SC_CLK_TCK")) - written) <= 5.0
+
+
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -272,11 +333,8 @@ def _alive(pid: int) -> bool:
         return False
     except PermissionError:
         return True
-    try:  # a zombie (ended, not yet reaped by its parent) is not alive
-        with open("/proc/%d/stat" % pid) as handle:
-            return handle.read().split(") ", 1)[1][:1] != "Z"
-    except OSError:
-        return True
+    fields = _proc_stat(pid)  # a zombie (ended, not yet reaped by its parent) is not alive
+    return fields is None or fields[0] != "Z"
 
 
 def _group_alive(pgid: int) -> bool:
@@ -292,14 +350,9 @@ def _group_alive(pgid: int) -> bool:
 def _group_members(pgid: int) -> list:
     members = []
     for entry in os.listdir("/proc") if os.path.isdir("/proc") else []:
-        if entry.isdigit():
-            try:
-                with open("/proc/%s/stat" % entry) as handle:
-                    fields = handle.read().split(") ", 1)[1].split()
-                if int(fields[2]) == pgid:
-                    members.append(int(entry))
-            except (OSError, IndexError, ValueError):
-                continue
+        fields = _proc_stat(int(entry)) if entry.isdigit() else None
+        if fields and len(fields) > 2 and fields[2] == str(pgid):
+            members.append(int(entry))
     return members or [pgid]
 
 

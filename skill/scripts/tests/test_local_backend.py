@@ -72,6 +72,51 @@ def test_hang_is_torn_down_and_triaged(campaign):
     assert not runs.backends._group_alive(pid)
 
 
+@pytest.mark.parametrize("record", ["process.json", "pid file only"])
+def test_a_pid_reused_by_another_process_is_never_called_the_run_or_signalled(campaign, record):
+    # the run's processes end without a record (killed from outside), and the system gives the run's pid to an
+    # unrelated process that leads its own group: the record's number now names that process. The run is lost;
+    # tearing it down must not signal the unrelated group (a stale pid once took down a whole Ray cluster)
+    import signal
+    import subprocess
+    campaign, settings = campaign
+    run = running_candidate(campaign, settings, "hang")
+    run_dir = campaign.run_dir(run)
+    own = int((run_dir / "pid").read_text())
+    os.killpg(own, signal.SIGKILL)
+    deadline = time.time() + 10
+    while runs.backends._group_alive(own) and time.time() < deadline:
+        time.sleep(0.05)
+    stranger = subprocess.Popen(["sleep", "120"], start_new_session=True)
+    try:
+        time.sleep(0.2)
+        (run_dir / "pid").write_text(str(stranger.pid))
+        if record == "process.json":
+            identity = json.loads((run_dir / "process.json").read_text())
+            assert identity["pid"] == own and identity["start_ticks"] > 0
+            (run_dir / "process.json").write_text(json.dumps(dict(identity, pid=stranger.pid)))
+        else:  # a run recorded before process.json: the pid file was written when the run started
+            (run_dir / "process.json").unlink()
+            os.utime(str(run_dir / "pid"), (time.time() - 60, time.time() - 60))
+        assert runs.poll(campaign, settings, run).state == "lost"
+        assert runs.teardown(campaign, settings, run).state == "lost"
+        assert stranger.poll() is None  # still running: never signalled
+    finally:
+        stranger.kill()
+        stranger.wait()
+
+
+def test_a_run_is_recognised_as_its_own_process(campaign):
+    campaign, settings = campaign
+    run = running_candidate(campaign, settings, "hang")
+    run_dir = campaign.run_dir(run)
+    assert json.loads((run_dir / "process.json").read_text())["pid"] == int((run_dir / "pid").read_text())
+    assert runs.poll(campaign, settings, run).state == "running"
+    (run_dir / "process.json").unlink()  # a run recorded before process.json: matched by when it started
+    assert runs.poll(campaign, settings, run).state == "running"
+    assert runs.teardown(campaign, settings, run).state == "torn_down"
+
+
 def test_a_stuck_job_whose_launcher_keeps_printing_is_a_hang(campaign):
     campaign, settings = campaign
     run = running_candidate(campaign, settings, "hang-heartbeat")
