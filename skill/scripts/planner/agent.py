@@ -216,10 +216,14 @@ class Planner(VerbRunner, Notes, History):
             self.follow(run)
         elif action.kind == "gate":
             self.replays(action.run)
-            code, data, _out, err = self.verb("gate", "--run", action.run, "--json")
+            code, data, out, err = self.verb("gate", "--run", action.run, "--json")
             if code not in (0, 1):
                 raise PlannerError("gate %s: %s" % (action.run, err.strip()))
-            reasons = (data or {}).get("reasons") or []
+            if not isinstance(data, dict) or data.get("verdict") not in ("pass", "fail"):
+                # exit 1 is also how a verb ends on an unexpected error: no verdict, and gating again would loop
+                raise PlannerError("gate %s gave no verdict (exit %d): %s" % (action.run, code,
+                                                                           (err or out).strip()[-1000:]))
+            reasons = data.get("reasons") or []
             self.event("gate", run=action.run, verdict=(data or {}).get("verdict"), reasons="; ".join(reasons)[:200])
         elif action.kind == "confirm":
             run = self.launch("--repeat-of", action.run, "--confirm", status=status)
