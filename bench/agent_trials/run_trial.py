@@ -9,8 +9,11 @@ A trial file (``*.trial``, beside this script) holds:
     ## SKILL.md §4.1: ...            the reader's note: which step it follows and why (kept in the record)
     attune launch --baseline ...     a command, run in the campaign (ATTUNE_CAMPAIGN_DIR); `launch` is followed
                                      to its end by `attune poll RUN --json` (SKILL.md section 3)
-    expect: EXPR                     a Python expression over `out` (the last command's JSON) and `code`;
-                                     false means the replay diverged from what the reader saw
+    expect: EXPR                     a Python expression over `out` (the last command's JSON), `code` and
+                                     `kept` (outputs kept by name); false means the replay diverged from
+                                     what the reader saw
+    keep: NAME                       keep the last command's JSON as kept["NAME"] (a number the reader
+                                     compares a later one with)
 
 Every run is SIMULATED (the local backend and skill/scripts/simulate/sim_megatron.py) and seeded by its run id,
 so a replay sees what the reader saw. The record (``--out``, JSON) has, for the trial and for the planner: runs
@@ -59,8 +62,11 @@ def parse(path: Path) -> dict:
             trial["steps"].append({"command": line, "line": number})
         elif line.startswith("expect:"):
             trial["steps"].append({"expect": line.split(":", 1)[1].strip(), "line": number})
+        elif line.startswith("keep:"):
+            trial["steps"].append({"keep": line.split(":", 1)[1].strip(), "line": number})
         elif not line.startswith("#"):
-            raise SystemExit("%s:%d: neither a note (##), a command (attune ...) nor an expect: line" % (path, number))
+            raise SystemExit("%s:%d: neither a note (##), a command (attune ...), an expect: nor a keep: line"
+                             % (path, number))
     if not trial["model"] or not trial["budget"]:
         raise SystemExit("%s: give `# model:` and `# budget:` lines" % path)
     return trial
@@ -92,13 +98,16 @@ def replay(trial: dict, campaign: Path) -> dict:
     code, out, _stdout, err = attune(campaign, ["init", "--config", str(config), "--campaign-id", "trial"])
     if code:
         raise SystemExit("init: %s" % err.strip())
-    record, last, diverged = [], None, []
+    record, last, diverged, kept = [], None, [], {}
     for step in trial["steps"]:
         if "note" in step:
             record.append({"note": step["note"]})
             continue
+        if "keep" in step:
+            kept[step["keep"]] = last[1]
+            continue
         if "expect" in step:
-            ok = bool(eval(step["expect"], {}, {"out": last[1], "code": last[0]}))  # noqa: S307 (our own file)
+            ok = bool(eval(step["expect"], {}, {"out": last[1], "code": last[0], "kept": kept}))  # noqa: S307
             record.append({"expect": step["expect"], "holds": ok})
             if not ok:
                 diverged.append("line %d: %s" % (step["line"], step["expect"]))

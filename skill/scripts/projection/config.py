@@ -47,8 +47,8 @@ MODEL_FLAGS = (
     "--tokenizer-type", "--tokenizer-model", "--max-position-embeddings", "--moe-flex-dispatcher-backend",
     "--main-params-dtype", "--exp-avg-dtype", "--exp-avg-sq-dtype",
 )
-# Every argument ``parse`` reads (a lever none of whose flags is here is not modelled: the projection
-# cannot tell its alternatives apart). The projection reads no environment variable.
+# Every argument ``parse`` reads for the step time (a lever none of whose flags is here is not modelled: the
+# projection cannot tell its alternatives apart). The projection reads no environment variable.
 READS = frozenset((
     "--account-for-embedding-in-pipeline-split", "--account-for-loss-in-pipeline-split", "--attention-backend", "--attention-dropout", "--bf16", "--context-parallel-size",
     "--decoder-first-pipeline-num-layers", "--decoder-last-pipeline-num-layers", "--delay-wgrad-compute",
@@ -73,6 +73,9 @@ READS = frozenset((
     "--window-attn-skip-freq", "--window-size",
 ))
 READS_ENV = frozenset()
+# Arguments read for memory only (the logits the loss keeps): the step time does not depend on them, so a lever of
+# them is not modelled as far as throughput goes.
+READS_MEMORY_ONLY = frozenset(("--cross-entropy-fusion-impl", "--cross-entropy-loss-fusion"))
 
 SELECTIVE_MODULES = ("core_attn", "moe_act", "layernorm", "mla_up_proj", "mlp", "moe", "shared_experts")
 
@@ -137,6 +140,9 @@ class Job:
     param_bytes: int
     optimizer_bytes: int  # per parameter: master weights + two Adam moments
     flash: bool
+    # --cross-entropy-loss-fusion with --cross-entropy-fusion-impl te: Transformer Engine's parallel cross-entropy,
+    # which writes the logits' gradient into the bf16 logits in the forward pass and keeps no fp32 copy
+    te_cross_entropy: bool
     gpus: int
     warnings: tuple
 
@@ -502,4 +508,7 @@ def parse(args: Mapping, gpus: int, gpu_name: str, gpus_per_node: int) -> Job:
         grad_bytes=2 if "--grad-reduce-in-bf16" in args else 4,
         param_bytes=1 if ("--fp8-param-gather" in args and precision == "fp8") else 2,
         optimizer_bytes=_optimizer_bytes(args),
-        flash=attention_backend not in ("unfused", "local"), gpus=gpus, warnings=tuple(warnings))
+        flash=attention_backend not in ("unfused", "local"),
+        te_cross_entropy=("--cross-entropy-loss-fusion" in args
+                          and str(args.get("--cross-entropy-fusion-impl") or "native") == "te"),
+        gpus=gpus, warnings=tuple(warnings))

@@ -29,6 +29,10 @@ Documented assumptions for usable rows (the sources do not state them):
   ``perf_recipes/_common.py::_benchmark_common`` sets ``grad_reduce_in_fp32 = False`` at 067f987d,
   NeMo's performance scripts do the same); DeepSeek-V3 rows use the precision-aware optimizer with
   bf16 moments (``perf_recipes/deepseek/common.py``). Megatron-LM rows keep fp32 gradients.
+* Megatron-Bridge perf runs use Transformer Engine's fused cross-entropy (``--cross-entropy-loss-fusion
+  --cross-entropy-fusion-impl te``): ``GPTModelProvider`` turns the fusion on by default and the performance
+  scripts' ``helpers.py`` / ``overrides.py`` set ``cross_entropy_fusion_impl = "te"`` at every release commit
+  named in ``published_settings.csv`` (7af9601c to 51885cf1).
 * Bridge/NeMo/Megatron-LM perf runs use the distributed optimizer with ``--overlap-grad-reduce`` and
   ``--overlap-param-gather`` (Megatron-Bridge's performance defaults; the Megatron-LM weak-scaling
   README states DP/TP/PP overlap), sequence parallelism and ``--tp-comm-overlap`` when TP > 1, and
@@ -202,6 +206,8 @@ def to_row(row: dict) -> Row:
             "--use-distributed-optimizer": True, "--overlap-grad-reduce": True, "--overlap-param-gather": True}
     if not source.startswith("mlm_"):
         args["--grad-reduce-in-bf16"] = True
+    if source.startswith("mbridge_"):
+        args.update({"--cross-entropy-loss-fusion": True, "--cross-entropy-fusion-impl": "te"})
     if row["ffn_hidden_size"].strip():
         args["--ffn-hidden-size"] = row["ffn_hidden_size"].strip()
     elif not row["num_experts"].strip():

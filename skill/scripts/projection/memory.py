@@ -15,8 +15,9 @@ most loaded pipeline rank, and the verdict against HBM.
   Interleaved 1F1B: rank r holds ``min(m * vp, 2 (pp - r - 1) + (vp - 1) pp + 1)`` model chunks of
   ``layers / vp`` layers; for rank 0 that is Megatron's ``pp (1 + (pp - 1) / (pp vp))`` factor.
   Full recompute adds the transient of one recomputed chunk (its activations less the stored
-  input). The last rank adds the output layer's input and fp32 logits of one micro-batch
-  (``6 T V / tp`` bytes: bf16 logits plus fp32 copy).
+  input). The last rank adds the output layer's input and the logits of one micro-batch
+  (``6 T V / tp`` bytes: bf16 logits plus the fp32 copy Megatron's cross-entropy makes; ``2 T V / tp`` with
+  Transformer Engine's cross-entropy, ``logits_bytes``).
 * Overhead: ``OVERHEAD_GIB`` fixed per GPU (CUDA context, NCCL and cuBLAS workspaces, allocator
   caching), not fitted.
 * Verdict: usable = HBM x (1 - ``SAFETY``); the job fits when the total is at most usable.
@@ -98,9 +99,18 @@ def rank_memory(job: Job, rank: int, cache: Optional[dict] = None) -> dict:
         activations += (model.ACT * n * job.hidden + (n * job.hidden if job.hidden_dropout > 0 else 0)) \
             * in_flight(job, rank)
     if loss:
-        activations += model.ACT * T * job.hidden + 6.0 * T * job.vocab / job.tp
+        activations += model.ACT * T * job.hidden + logits_bytes(job) * T * job.vocab / job.tp
     return {"weights": weights, "grads": grads, "optimizer": optimizer, "activations": activations,
             "overhead": OVERHEAD_GIB * GIB}
+
+
+def logits_bytes(job: Job) -> float:
+    """Bytes per logit held at the loss: Megatron's own cross-entropy (``vocab_parallel_cross_entropy``, and the
+    native fused one) casts the bf16 logits to fp32 and keeps the fp32 softmax for the backward pass, 2 + 4 bytes
+    at the cast; Transformer Engine's (``--cross-entropy-fusion-impl te`` with ``--cross-entropy-loss-fusion``)
+    computes the gradient into the bf16 logits in the forward pass and keeps only them (its
+    ``CrossEntropyFunction`` saves the input and per-row statistics), 2 bytes."""
+    return 2.0 if job.te_cross_entropy else 6.0
 
 
 def memory(job: Job, gpu: GPU) -> dict:

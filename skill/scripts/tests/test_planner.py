@@ -235,7 +235,8 @@ def test_exploration_takes_the_largest_predicted_gain_that_fits_one_change_at_a_
     assert all(s.predictions[opt.alternative.key].fits for opt in found)
     action = policy.propose(s)
     assert action.kind == "candidate" and action.alternative == found[0].alternative
-    assert action.alternative.key == ("tp-comm-overlap", "tp-comm-overlap=on")  # +13.2% by the projection
+    # the largest predicted gain among the one-change options, whichever lever the current calibration puts first
+    assert found[0].gain == max(opt.gain for opt in modelled) > 0.05
     assert "expect +" in action.hypothesis and "band" in action.hypothesis
     tried = policy.Tried(*action.alternative.key, parent="r001", run="r004", verdict="rejected", order=4)
     assert policy.propose(state(tried=[tried])).alternative.key != action.alternative.key
@@ -479,7 +480,8 @@ def test_every_flag_the_projection_parses_is_declared_as_read():
     import re
     from attune.projection import config
     source = (SCRIPTS / "projection" / "config.py").read_text()
-    assert set(re.findall(r'"(--[a-z0-9-]+)"', source)) - {"--flag"} <= config.READS
+    assert set(re.findall(r'"(--[a-z0-9-]+)"', source)) - {"--flag"} <= config.READS | config.READS_MEMORY_ONLY
+    assert not config.READS & config.READS_MEMORY_ONLY
     assert "--ddp-bucket-size" not in config.READS and not config.READS_ENV
 
 

@@ -80,6 +80,27 @@ def test_megatrons_local_layers_materialise_the_attention_softmax():
     assert te_flash and not local_flash and local == unfused > te
 
 
+@pytest.mark.parametrize("tp", [1, 4])
+def test_transformer_engines_cross_entropy_keeps_the_bf16_logits_only(tp):
+    """The last rank keeps one micro-batch's logits for the loss: Megatron's own cross-entropy casts them to fp32 and
+    keeps the fp32 softmax (2 + 4 bytes a logit, and the native fused one likewise); Transformer Engine's
+    (``--cross-entropy-loss-fusion --cross-entropy-fusion-impl te``) writes the gradient into the bf16 logits and
+    keeps only them (2 bytes). The step time does not change, and the projection says it does not model its
+    throughput."""
+    args = dict(LLAMA8B, **{"--tensor-model-parallel-size": str(tp)}, **({"--sequence-parallel": True} if tp > 1 else {}))
+    te_args = dict(args, **{"--cross-entropy-loss-fusion": True, "--cross-entropy-fusion-impl": "te"})
+    last = lambda a: memory.rank_memory(job_of(a, 8), 0)["activations"]  # noqa: E731  (PP 1: the last rank)
+    job = job_of(args, 8)
+    logits = 8192 * job.vocab / tp  # T x V / TP
+    assert last(args) - last(te_args) == pytest.approx(4 * logits)
+    native = dict(args, **{"--cross-entropy-loss-fusion": True})  # Megatron's fused kernel: the fp32 copy too
+    assert last(native) == pytest.approx(last(args))
+    assert project(te_args, 8, "H100")["tokens_per_s_per_gpu"] == pytest.approx(project(args, 8, "H100")[
+        "tokens_per_s_per_gpu"])
+    assert "--cross-entropy-fusion-impl" not in config.READS and "--cross-entropy-fusion-impl" in \
+        config.READS_MEMORY_ONLY
+
+
 def test_memory_verdict_uses_the_safety_margin():
     out = project(dict(LLAMA8B, **{"--recompute-granularity": "full", "--recompute-method": "uniform",
                                    "--recompute-num-layers": "1"}), 8, "H100")
