@@ -152,6 +152,16 @@ def launch_replay(campaign: Campaign, settings, source: str, rollouts, expected_
     return _submit(campaign, settings, plan, expected_gpu_hours, gpu, pod_hooks)
 
 
+def check_in_flight(in_flight, limit) -> None:
+    """Refuse a launch beyond ``ATTUNE_MAX_IN_FLIGHT`` runs in flight at once (launched, not finalized):
+    ``CheckFailed``, exit 1, naming the runs that hold the places."""
+    limit = int(limit or 1)
+    if len(in_flight) >= limit:
+        raise CheckFailed("launch refused: %d run(s) in flight (%s) and ATTUNE_MAX_IN_FLIGHT is %d. Fix: follow "
+                          "them to their end (`attune poll RUN`, then `attune finalize RUN`), or run more at once "
+                          "with a higher ATTUNE_MAX_IN_FLIGHT" % (len(in_flight), ", ".join(in_flight), limit))
+
+
 def _submit(campaign: Campaign, settings, plan: Plan, expected_gpu_hours, gpu, pod_hooks, run: str = None) -> dict:
     """The one submit step of every launch: hooks, budget, backend and rows checked before anything is written,
     then the launch row, then the job; a submission that fails closes its launch at once, charging nothing."""
@@ -172,6 +182,7 @@ def _submit(campaign: Campaign, settings, plan: Plan, expected_gpu_hours, gpu, p
         raise CheckFailed("run %s's recipe failed the correctness gate: it can never lead, so a confirmation would "
                           "spend budget on nothing. Fix: try another candidate" % plan.repeat_of)
     budget_mod.check_launch(snap.budget, expected_gpu_hours)
+    check_in_flight(snap.budget.in_flight, settings.max_in_flight)
     # the backend is reached and the recipe checked against its rules before anything is written: a backend that
     # cannot be used (an unknown kube context) or a recipe it refuses leaves no launch row and uses no run id
     backend = backends.get(settings.backend, settings)

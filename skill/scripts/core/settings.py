@@ -172,7 +172,8 @@ SPECS = (
     Spec("ATTUNE_MAX_IN_FLIGHT", "max_in_flight", "int", "1",
          "most runs in flight at once: above 1, up to this many one-lever candidates against the same leader run "
          "together (each still one change from its parent), when the budget holds their reservations and the "
-         "cluster can place them", "1", group="budget"),
+         "cluster can place them; launch refuses a run past it (runs launched and not yet finalized)", "1",
+         group="budget"),
     Spec("ATTUNE_EARLY_STOP", "early_stop", "bool", "0",
          "stop a candidate whose scored iterations so far show, at the leader test's own level, that it cannot beat "
          "the leader (recorded stopped_early, charged for what it used, never ranked; never a baseline, repeat, "

@@ -52,6 +52,9 @@ BASE_ENV = {
     "ATTUNE_BACKEND": "local",
     "AUTOTUNE_GPUH_BUDGET": "40",
     "ATTUNE_GPU_HOUR_USD": "2.50",
+    # many tests launch a candidate beside a baseline still running, to test something else; the limit itself
+    # (launch refuses past ATTUNE_MAX_IN_FLIGHT) is tested with its default of 1 in test_launch_atomic.py
+    "ATTUNE_MAX_IN_FLIGHT": "8",
 }
 
 

@@ -130,3 +130,34 @@ def test_the_cli_says_so_in_one_line_and_exits_1(kube, tmp_path, monkeypatch):
         assert cli.main(["status", "--json", "--campaign", str(campaign.dir)]) == 0
     status = json.loads(out.getvalue()[out.getvalue().index("{"):])
     assert status["in_flight"] == [] and status["budget"]["reserved"] == 0
+
+
+@pytest.mark.parametrize("limit", [1, 2])
+def test_a_launch_past_the_runs_allowed_in_flight_is_refused_before_anything_is_written(kube, tmp_path, monkeypatch,
+                                                                                        limit):
+    """ATTUNE_MAX_IN_FLIGHT (default 1) is the most runs in flight at once, whoever launches them: a launch past it
+    is refused (exit 1) naming the runs that hold the places, leaves no launch row and uses no run id; a run
+    finalized gives its place back, and a submission the cluster refused never held one."""
+    kubeconfig(tmp_path, monkeypatch, kube.url)
+    campaign, settings = campaign_on(tmp_path, dict(GPUH, ATTUNE_MAX_IN_FLIGHT=str(limit)))
+    kube.create_status = 403  # refused: closed at once, holding no place
+    with pytest.raises(CheckFailed, match="could not be submitted"):
+        runs.launch_baseline(campaign, settings, expected_gpu_hours=3.0)
+    kube.create_status = None
+    held = [runs.launch_baseline(campaign, settings, expected_gpu_hours=3.0)["run"] for _ in range(limit)]
+    before = campaign.ledger.rows()
+    run_dirs = sorted(path.name for path in (campaign.dir / "runs").iterdir())
+    with pytest.raises(CheckFailed) as refused:
+        runs.launch_baseline(campaign, settings, expected_gpu_hours=3.0)
+    message = str(refused.value)
+    assert "ATTUNE_MAX_IN_FLIGHT is %d" % limit in message and all(run in message for run in held)
+    assert campaign.ledger.rows() == before
+    assert sorted(path.name for path in (campaign.dir / "runs").iterdir()) == run_dirs
+    out, err = io.StringIO(), io.StringIO()
+    with redirect_stdout(out), redirect_stderr(err):
+        code = cli.main(["launch", "--baseline", "--campaign", str(campaign.dir), "--expected-gpu-hours", "3"])
+    assert code == 1 and "ATTUNE_MAX_IN_FLIGHT is %d" % limit in err.getvalue() and campaign.ledger.rows() == before
+    runs.teardown(campaign, settings, held[0])  # a run finalized gives its place back
+    runs.finalize(campaign, settings, held[0])
+    assert held[0] not in snapshot_mod.take(campaign.dir).budget.in_flight
+    assert runs.launch_baseline(campaign, settings, expected_gpu_hours=3.0)["purpose"] == "repeat"
