@@ -80,10 +80,10 @@ def theta_for(gpu: hw.GPU, params: Optional[dict]) -> tuple:
     return theta, info, warnings
 
 
-def project(args: Mapping, gpus: int, hardware: str, gpus_per_node: Optional[int] = None,
-            only_if_fits: bool = False) -> Optional[dict]:
-    """Project one step of a Megatron-LM job (see the package README for the model). ``only_if_fits``: None, without
-    timing the step, for a job that does not fit (what a sweep asks of every layout)."""
+def screen(args: Mapping, gpus: int, hardware: str, gpus_per_node: Optional[int] = None) -> tuple:
+    """``(job, memory, gpu, gpus_per_node)`` of a Megatron-LM job, before any timing: what ``project`` checks
+    first (a ``ConfigError`` for an illegal job or a precision the GPU lacks), and what a sweep asks of every
+    layout before it times the ones that fit all at once."""
     gpu = hw.get(hardware)
     if gpus_per_node is None:
         gpus_per_node = gpu.gpus_per_node
@@ -91,12 +91,21 @@ def project(args: Mapping, gpus: int, hardware: str, gpus_per_node: Optional[int
         raise ConfigError("gpus-per-node: must be a positive integer, not %r" % (gpus_per_node,))
     job = config.parse(args, gpus, gpu.name, gpus_per_node)
     mem = memory.memory(job, gpu)
-    if only_if_fits and not mem["fits"]:
-        return None
     try:
-        peak = gpu.peak(job.precision)
+        gpu.peak(job.precision)
     except InputError as error:
         raise ConfigError("precision: %s" % error)
+    return job, mem, gpu, gpus_per_node
+
+
+def project(args: Mapping, gpus: int, hardware: str, gpus_per_node: Optional[int] = None,
+            only_if_fits: bool = False) -> Optional[dict]:
+    """Project one step of a Megatron-LM job (see the package README for the model). ``only_if_fits``: None, without
+    timing the step, for a job that does not fit."""
+    job, mem, gpu, gpus_per_node = screen(args, gpus, hardware, gpus_per_node)
+    if only_if_fits and not mem["fits"]:
+        return None
+    peak = gpu.peak(job.precision)
     warnings = list(job.warnings)
     theta, info, more = theta_for(gpu, load_params())
     warnings += more

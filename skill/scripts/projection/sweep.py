@@ -6,7 +6,9 @@ sequence, global batch, precision, the overlap flags) stays as the recipe has it
 the GPUs per node (tensor parallelism stays inside the NVLink domain), PP and CP over powers of two, EP over the
 divisors of the number of experts, ETP over 1 and TP, the micro-batch over 1, 2 and 4, VP from 1 to ``MAX_VP``,
 recompute over none, selective (the core attention) and full (uniform, one layer), in that order, a variant
-left out once a lighter one of the same layout fits (recompute only adds work to the step). Where the layers (with
+left out once a lighter one of the same layout fits (recompute only adds work to the step), and a micro-batch left
+out once a smaller one of the same layout did not fit with full recompute (memory never falls as the micro-batch
+grows). Where the layers (with
 the embedding and loss the recipe counts in the split) do not divide by PP x VP, the stages get a hand-written
 ``--pipeline-model-parallel-layout`` balanced by cost the way published recipes write theirs
 (``dataset.balanced_layout``: the output layer and MTP cost their share of the FLOPs, the last stage takes
@@ -26,7 +28,9 @@ from typing import Mapping, Optional
 
 from attune.core import legality
 
-from . import api, hardware as hw
+import numpy as np
+
+from . import api, hardware as hw, timing
 
 PARAMS = Path(__file__).resolve().parent / "params.json"
 LAYOUT_FLAGS = ("--tensor-model-parallel-size", "--pipeline-model-parallel-size", "--context-parallel-size",
@@ -140,26 +144,45 @@ def sweep(args: Mapping, gpus: int, hardware: str, gpus_per_node: Optional[int] 
     tried = legal = 0
     fit = []
     fitted = set()  # layouts (all but the recompute) that fit with less recompute: more only slows the step
+    # the smallest micro-batch at which a layout (all but the micro-batch and the recompute) did not fit even with
+    # full recompute: memory never falls as the micro-batch grows (activations grow with it, and the micro-batches
+    # in flight times its size never shrink), so no larger one fits either
+    too_big = {}
     for layout in layouts(args, gpus, per_node):
         tried += 1
         if dataclasses.replace(layout, recompute="") in fitted:
+            continue
+        shape = dataclasses.replace(layout, mbs=0, recompute="")
+        if layout.mbs >= too_big.get(shape, layout.mbs + 1):
             continue
         candidate = layout.args(args)
         if [v for v in legality.check(candidate, {}, gpus, gpu.name, trusted=candidate) if v.rule not in
                 ("misspelled-flag", "no-such-flag", "cuda-device-max-connections")]:
             continue
         try:
-            out = api.project(candidate, gpus, gpu.name, per_node, only_if_fits=True)  # timed only if it fits
+            job, mem, _gpu, _per_node = api.screen(candidate, gpus, gpu.name, per_node)
         except api.ConfigError:
             continue
         legal += 1
-        if out is not None:
-            fit.append((out["tokens_per_s_per_gpu"], layout, out))
+        if mem["fits"]:  # timed below, all at once
+            fit.append((layout, candidate, job, timing.features(job, gpu, per_node)))
             fitted.add(dataclasses.replace(layout, recompute=""))
-    fit.sort(key=lambda item: (-item[0], item[1].text()))
-    best = [{"layout": dataclasses.asdict(layout), "text": layout.text(), "tokens_per_s_per_gpu": rate,
-             "memory_gib": out["memory"]["total_gib"], "usable_gib": out["memory"]["usable_gib"],
-             "step_s": out["time"]["step_s"], "mfu": out["mfu"]} for rate, layout, out in fit[:top]]
+        elif layout.recompute == "full":
+            too_big[shape] = min(layout.mbs, too_big.get(shape, layout.mbs))
+    ranked = []
+    if fit:  # the step time of every layout that fits in one vectorised call, as project times one
+        theta, _info, _warnings = api.theta_for(gpu, api.load_params())
+        steps = timing.step_time(timing.stack([item[3] for item in fit]),
+                                 {name: np.full(len(fit), value) for name, value in theta.items()})["step"]
+        ranked = sorted(((job.gbs * job.seq / float(step) / gpus, layout, candidate)
+                         for (layout, candidate, job, _f), step in zip(fit, steps)),
+                        key=lambda item: (-item[0], item[1].text()))
+    best = []
+    for _rate, layout, candidate in ranked[:top]:  # the shown ones projected whole, as `attune project` does
+        out = api.project(candidate, gpus, gpu.name, per_node)
+        best.append({"layout": dataclasses.asdict(layout), "text": layout.text(),
+                     "tokens_per_s_per_gpu": out["tokens_per_s_per_gpu"], "memory_gib": out["memory"]["total_gib"],
+                     "usable_gib": out["memory"]["usable_gib"], "step_s": out["time"]["step_s"], "mfu": out["mfu"]})
     return {"tried": tried, "legal": legal, "fit": len(fit), "best": best, "error_band": error_band(gpu.name),
             "hardware": gpu.name, "gpus": gpus}
 
