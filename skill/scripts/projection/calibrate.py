@@ -151,6 +151,20 @@ def _kind(row) -> str:
     return "moe" if int(float(row.args.get("--num-experts") or 0)) > 0 else "dense"
 
 
+MIN_CELL_ROWS = 3  # a GPU and kind with fewer rows has no median of its own
+
+
+def _by_gpu_kind(rows: list, absolute: np.ndarray) -> dict:
+    """``{gpu: {kind: median abs error}}`` where a GPU has at least ``MIN_CELL_ROWS`` rows of that kind."""
+    out = {}
+    for gpu in sorted({r.gpu for r in rows}):
+        for kind in sorted({_kind(r) for r in rows}):
+            cell = absolute[[r.gpu == gpu and _kind(r) == kind for r in rows]]
+            if len(cell) >= MIN_CELL_ROWS:
+                out.setdefault(gpu, {})[kind] = round(float(np.median(cell)), 2)
+    return out
+
+
 def summary(problem: Problem, predicted: np.ndarray) -> dict:
     error = (predicted - problem.measured) / problem.measured * 100
     absolute = np.abs(error)
@@ -167,6 +181,7 @@ def summary(problem: Problem, predicted: np.ndarray) -> dict:
                        for gpu in sorted({r.gpu for r in problem.rows})},
             "by_kind": {kind: round(float(np.median(absolute[[_kind(r) == kind for r in problem.rows]])), 2)
                         for kind in sorted({_kind(r) for r in problem.rows})},
+            "by_gpu_kind": _by_gpu_kind(problem.rows, absolute),
             "worst": [rows[i] for i in order[:10]], "table": rows}
 
 

@@ -128,15 +128,28 @@ def _balanced(args: Mapping, layers: int, pp: int, vp: int) -> str:
         return ""
 
 
-def error_band(hardware: str, path: Path = PARAMS) -> Optional[float]:
-    """The calibration's leave-one-out median error on this GPU, as a fraction; None when it has no rows."""
+def error_band(hardware: str, kind: str = "dense", path: Path = PARAMS) -> tuple:
+    """``(fraction, what it is)``: the calibration's leave-one-out median error for this GPU and kind of model
+    (``dense`` or ``moe``) where the GPU has rows of that kind, else for the kind on every GPU (MoE is projected
+    about three times less closely than dense models, whatever the GPU), else for the GPU; ``(None, why)`` when the
+    GPU has no rows."""
     loo = json.loads(path.read_text(encoding="utf-8")).get("loo", {})
-    value = (loo.get("by_gpu") or {}).get(hw.get(hardware).name)
-    return None if value is None else value / 100.0
+    name = hw.get(hardware).name
+    by_gpu = (loo.get("by_gpu") or {}).get(name)
+    if by_gpu is None:
+        return None, "unknown: no calibration rows on this GPU"
+    cell = ((loo.get("by_gpu_kind") or {}).get(name) or {}).get(kind)
+    if cell is not None:
+        return cell / 100.0, "the calibration's leave-one-out median for %s models on this GPU" % kind
+    every = (loo.get("by_kind") or {}).get(kind)
+    if every is not None:
+        return every / 100.0, "the calibration's leave-one-out median for %s models (too few on this GPU)" % kind
+    return by_gpu / 100.0, "the calibration's leave-one-out median on this GPU"
 
 
 def sweep(args: Mapping, gpus: int, hardware: str, gpus_per_node: Optional[int] = None, top: int = 10) -> dict:
-    """The sweep's result: ``{"tried", "legal", "fit", "best": [...], "error_band", "hardware", "gpus"}``, ``best``
+    """The sweep's result: ``{"tried", "legal", "fit", "best": [...], "error_band", "error_band_source", "hardware",
+    "gpus"}``, ``best``
     the ``top`` layouts that fit, fastest first, each ``{"layout", "tokens_per_s_per_gpu", "memory_gib",
     "usable_gib", "step_s", "mfu"}``."""
     gpu = hw.get(hardware)
@@ -183,8 +196,10 @@ def sweep(args: Mapping, gpus: int, hardware: str, gpus_per_node: Optional[int] 
         best.append({"layout": dataclasses.asdict(layout), "text": layout.text(),
                      "tokens_per_s_per_gpu": out["tokens_per_s_per_gpu"], "memory_gib": out["memory"]["total_gib"],
                      "usable_gib": out["memory"]["usable_gib"], "step_s": out["time"]["step_s"], "mfu": out["mfu"]})
-    return {"tried": tried, "legal": legal, "fit": len(fit), "best": best, "error_band": error_band(gpu.name),
-            "hardware": gpu.name, "gpus": gpus}
+    kind = "moe" if _int(args, "--num-experts", 0) > 0 else "dense"
+    band, band_source = error_band(gpu.name, kind)
+    return {"tried": tried, "legal": legal, "fit": len(fit), "best": best, "error_band": band,
+            "error_band_source": band_source, "hardware": gpu.name, "gpus": gpus}
 
 
 def text(result: dict) -> str:
@@ -192,8 +207,8 @@ def text(result: dict) -> str:
     band = result["error_band"]
     lines = ["hardware: %s x %d" % (result["hardware"], result["gpus"]),
              "layouts: %d tried, %d legal, %d fit" % (result["tried"], result["legal"], result["fit"]),
-             "error_band: %s" % ("+-%.1f%% (the calibration's leave-one-out median on this GPU)" % (band * 100)
-                                 if band is not None else "unknown: no calibration rows on this GPU")]
+             "error_band: %s" % ("+-%.1f%% (%s)" % (band * 100, result["error_band_source"])
+                                 if band is not None else result["error_band_source"])]
     for rank, item in enumerate(result["best"], 1):
         lines.append("%d: %s: %.1f tokens/s/GPU, memory %.1f of %.1f GiB, step %.3f s, MFU %.3f" % (
             rank, item["text"], item["tokens_per_s_per_gpu"], item["memory_gib"], item["usable_gib"],

@@ -30,9 +30,29 @@ def test_every_ranked_layout_is_legal_fits_and_scores_as_project_does():
         alone = api.project(args, 16, "H100")
         assert alone["memory"]["fits"] and alone["tokens_per_s_per_gpu"] == pytest.approx(item["tokens_per_s_per_gpu"])
     assert "EP" not in result["best"][0]["text"]  # a dense model has no expert layout
-    # the band is the calibration's own leave-one-out error on the GPU (params.json)
+    # the band is the calibration's own leave-one-out error for dense models on the GPU (params.json)
     import json
-    assert result["error_band"] == pytest.approx(json.loads(api.PARAMS.read_text())["loo"]["by_gpu"]["H100"] / 100)
+    loo = json.loads(api.PARAMS.read_text())["loo"]
+    assert result["error_band"] == pytest.approx(loo["by_gpu_kind"]["H100"]["dense"] / 100)
+    assert "dense models on this GPU" in result["error_band_source"]
+
+
+def test_the_error_band_is_the_calibrations_error_for_the_recipes_kind_of_model_on_its_gpu(tmp_path):
+    """MoE models are projected several times less closely than dense ones: a MoE recipe's sweep shows the MoE
+    error on its GPU, or on every GPU where its GPU has too few MoE rows; a GPU without rows has no band."""
+    import json
+    loo = json.loads(api.PARAMS.read_text())["loo"]
+    cells = loo["by_gpu_kind"]
+    assert cells["H100"]["moe"] > 2 * cells["H100"]["dense"]  # the reason the kinds are apart
+    moe = dict(DENSE, **{"--num-experts": "8", "--moe-router-topk": "2", "--moe-ffn-hidden-size": "1024",
+                         "--moe-grouped-gemm": True, "--moe-token-dispatcher-type": "alltoall"})
+    result = sweep.sweep(moe, 16, "H100", top=1)
+    assert result["error_band"] == pytest.approx(cells["H100"]["moe"] / 100) and result["best"]
+    assert "moe models on this GPU" in sweep.text(result)
+    missing = next((gpu, kind) for gpu in loo["by_gpu"] for kind in loo["by_kind"] if kind not in cells.get(gpu, {}))
+    band, source = sweep.error_band(missing[0], missing[1])
+    assert band == pytest.approx(loo["by_kind"][missing[1]] / 100) and "too few on this GPU" in source
+    assert sweep.error_band("MI300X", "moe") == (None, "unknown: no calibration rows on this GPU")
 
 
 def test_the_best_beats_every_other_legal_layout_that_fits():
