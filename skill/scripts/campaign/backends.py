@@ -137,9 +137,14 @@ class LocalBackend(object):
         return json.loads(path.read_text())["started"] if path.exists() else None
 
     def teardown(self, run_dir: Path, grace_s: float = 10.0) -> Status:
-        """Stop the run's whole process group (TERM, then KILL after ``grace_s``) and confirm it is gone."""
+        """Stop the run's whole process group (TERM, then KILL after ``grace_s``), then every other process of the
+        run (``ATTUNE_LOCAL_RUN`` in its environment: workers a launcher started in sessions of their own, which
+        a KILL of the launcher leaves running) the same way, and confirm they are gone. A run lost (its leader
+        ended without a record) has what it left behind ended too."""
         before = self.status(run_dir)
         if before.done:
+            if before.state == "lost":
+                _end_marked(run_dir, grace_s)
             return before
         pid = int((run_dir / "pid").read_text())
         for sig, wait in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 5.0)):
@@ -159,6 +164,7 @@ class LocalBackend(object):
                 break
         if _group_alive(pid):
             raise RuntimeError("run in %s: process group %d survived SIGKILL" % (run_dir, pid))
+        _end_marked(run_dir, grace_s)
         (run_dir / "teardown.json").write_text(json.dumps({"ended": time.time()}))
         return self.status(run_dir)
 
@@ -335,6 +341,45 @@ def _alive(pid: int) -> bool:
         return True
     fields = _proc_stat(pid)  # a zombie (ended, not yet reaped by its parent) is not alive
     return fields is None or fields[0] != "Z"
+
+
+MARK_ENV = "ATTUNE_LOCAL_RUN"  # localrun.py's: the run's directory, in every process of the run
+
+
+def _marked(run_dir: Path) -> list:
+    """Live processes of this user whose environment carries ``ATTUNE_LOCAL_RUN`` = this run's directory."""
+    needle = ("\0%s=%s\0" % (MARK_ENV, os.path.realpath(str(run_dir)))).encode()
+    found = []
+    for entry in os.listdir("/proc") if os.path.isdir("/proc") else []:
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        try:
+            with open("/proc/%s/environ" % entry, "rb") as handle:
+                environ = handle.read()
+        except OSError:  # gone, or another user's
+            continue
+        if needle in b"\0" + environ and _alive(int(entry)):
+            found.append(int(entry))
+    return found
+
+
+def _end_marked(run_dir: Path, grace_s: float) -> None:
+    """End every process of the run still alive (TERM, then KILL after ``grace_s``); an error if one survives."""
+    for sig, wait in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 5.0)):
+        left = _marked(run_dir)
+        if not left:
+            return
+        for pid in left:
+            try:
+                os.kill(pid, sig)
+            except OSError:
+                pass
+        deadline = time.time() + wait
+        while time.time() < deadline and _marked(run_dir):
+            time.sleep(0.05)
+    left = _marked(run_dir)
+    if left:
+        raise RuntimeError("run in %s: processes %s survived SIGKILL" % (run_dir, left))
 
 
 def _group_alive(pgid: int) -> bool:

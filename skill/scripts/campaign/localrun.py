@@ -4,7 +4,9 @@
 
 Reads ``RUN_DIR/local.json`` (``command``, ``env``, ``unset``, ``cwd``), runs the command with bash in this
 process's group (the backend started this process as a session leader, so tearing the run down
-kills the whole group), sends its output to ``RUN_DIR/log.txt`` and writes ``RUN_DIR/exit.json``
+kills the whole group; every process of the run also carries ``ATTUNE_LOCAL_RUN=RUN_DIR`` in its environment, which
+finds those a launcher started in sessions of their own), sends its output to ``RUN_DIR/log.txt`` and writes
+``RUN_DIR/exit.json``
 (``exit_code``, ``started``, ``ended``: seconds since the epoch) when it ends. The command's environment is this
 process's without the names in ``unset`` (training variables of the launching shell that the recipe does not set),
 with ``env`` (the recipe's) over it. Standard library only.
@@ -34,6 +36,7 @@ def _write_json(path, data):
 
 
 MARK = "attune-local: "
+MARK_ENV = "ATTUNE_LOCAL_RUN"  # the run's directory, in the environment of every process of the run
 PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
 
@@ -113,6 +116,9 @@ def main(argv=None):
     for name in spec.get("unset", ()):  # training variables of the launching shell the recipe does not set
         env.pop(name, None)
     env.update(spec.get("env", {}))
+    # every process of the run carries this, whatever group or session a launcher puts it in (torchrun starts its
+    # workers in sessions of their own), so that teardown finds them all, even once their parents are gone
+    env[MARK_ENV] = os.path.realpath(run_dir)
     started = time.time()
     _write_json(os.path.join(run_dir, "started.json"), {"started": started, "pid": os.getpid()})
     with open(os.path.join(run_dir, "log.txt"), "ab") as log:

@@ -117,6 +117,33 @@ def test_a_run_is_recognised_as_its_own_process(campaign):
     assert runs.teardown(campaign, settings, run).state == "torn_down"
 
 
+@pytest.mark.parametrize("how", ["teardown", "lost"])
+def test_a_worker_in_a_session_of_its_own_is_ended_with_its_run(campaign, how):
+    # torchrun starts its workers in sessions of their own: a KILL of the run's group (or of the launcher) leaves
+    # them running, holding the host's GPUs under the next run. Every process of a run carries ATTUNE_LOCAL_RUN,
+    # and teardown ends them all; a run lost (its leader killed from outside) has what it left behind ended too
+    import signal
+    campaign, settings = campaign
+    run = running_candidate(campaign, settings, "escape")
+    run_dir = campaign.run_dir(run)
+    deadline = time.time() + 30
+    while not (run_dir / "escaped.pid").exists() and time.time() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.2)
+    worker = int((run_dir / "escaped.pid").read_text())
+    assert runs.backends._alive(worker) and worker not in runs.backends._group_members(int((run_dir / "pid").read_text()))
+    if how == "lost":
+        os.killpg(int((run_dir / "pid").read_text()), signal.SIGKILL)
+        deadline = time.time() + 10
+        while runs.poll(campaign, settings, run).state != "lost" and time.time() < deadline:
+            time.sleep(0.05)
+        assert runs.backends._alive(worker)  # the group's end did not end it
+        assert runs.teardown(campaign, settings, run).state == "lost"
+    else:
+        assert runs.teardown(campaign, settings, run).state == "torn_down"
+    assert not runs.backends._alive(worker) and runs.backends._marked(run_dir) == []
+
+
 def test_a_stuck_job_whose_launcher_keeps_printing_is_a_hang(campaign):
     campaign, settings = campaign
     run = running_candidate(campaign, settings, "hang-heartbeat")

@@ -1,6 +1,7 @@
 """Prints Megatron-LM iteration lines (SYNTHETIC numbers) for the local backend's tests.
 
-FAKE_MODE: ok (20 iterations, exit 0), hang (5 iterations, then sleeps), hang-heartbeat (5 iterations, then
+FAKE_MODE: ok (20 iterations, exit 0), hang (5 iterations, then sleeps), escape (5 iterations, then starts a
+worker in a session of its own, its pid in escaped.pid, and sleeps), hang-heartbeat (5 iterations, then
 torchrun's rendezvous keep-alive warnings every 0.2 s and no progress), killed (5 iterations, then
 SIGKILL to itself), leak (5 iterations, then memory that grows by 1 GB/s), oom (a CUDA out-of-memory
 error, exit 1), torch (each iteration is a real CPU torch step of a small MLP, inside pod_hooks.profiler.maybe_profile when the profiler hook exposed
@@ -42,6 +43,12 @@ for it in range(1, 21):
               flush=True)
         continue
     if it == 6 and mode == "hang":
+        time.sleep(600)
+    if it == 6 and mode == "escape":  # a worker in a session of its own, as torchrun starts its workers; then stuck
+        import subprocess
+        worker = subprocess.Popen(["sleep", "600"], start_new_session=True)
+        with open("escaped.pid", "w") as handle:
+            handle.write(str(worker.pid))
         time.sleep(600)
     if it == 6 and mode == "hang-heartbeat":  # stuck, while the launcher keeps printing (as torchrun does)
         for beat in range(3000):
