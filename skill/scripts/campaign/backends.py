@@ -147,22 +147,20 @@ class LocalBackend(object):
                 _end_marked(run_dir, grace_s)
             return before
         pid = int((run_dir / "pid").read_text())
-        for sig, wait in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 5.0)):
+
+        def signal_group(sig) -> bool:
             # the group is signalled only while its leader is this run's process (status checked that), or, once
             # the leader has ended, while members of its group live on: their group id holds the number, so the
             # kernel cannot have given it to another process meanwhile
             if not (_is_run_process(run_dir, pid) or (sig == signal.SIGKILL and _group_alive(pid))):
-                break
+                return False
             try:
                 os.killpg(pid, sig)
             except ProcessLookupError:
-                break
-            deadline = time.time() + wait
-            while time.time() < deadline and _group_alive(pid):
-                time.sleep(0.05)
-            if not _group_alive(pid):
-                break
-        if _group_alive(pid):
+                return False
+            return True
+
+        if not _terminate(signal_group, lambda: _group_alive(pid), grace_s):
             raise RuntimeError("run in %s: process group %d survived SIGKILL" % (run_dir, pid))
         _end_marked(run_dir, grace_s)
         (run_dir / "teardown.json").write_text(json.dumps({"ended": time.time()}))
@@ -363,23 +361,30 @@ def _marked(run_dir: Path) -> list:
     return found
 
 
+def _terminate(send, alive, grace_s: float) -> bool:
+    """TERM, then KILL after ``grace_s``: ``send(sig)`` signals (False: nothing more to signal), ``alive()`` says
+    whether anything is left; True when nothing is."""
+    for sig, wait in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 5.0)):
+        if not alive() or not send(sig):
+            break
+        deadline = time.time() + wait
+        while time.time() < deadline and alive():
+            time.sleep(0.05)
+    return not alive()
+
+
 def _end_marked(run_dir: Path, grace_s: float) -> None:
     """End every process of the run still alive (TERM, then KILL after ``grace_s``); an error if one survives."""
-    for sig, wait in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 5.0)):
-        left = _marked(run_dir)
-        if not left:
-            return
-        for pid in left:
+    def send(sig) -> bool:
+        for pid in _marked(run_dir):
             try:
                 os.kill(pid, sig)
             except OSError:
                 pass
-        deadline = time.time() + wait
-        while time.time() < deadline and _marked(run_dir):
-            time.sleep(0.05)
-    left = _marked(run_dir)
-    if left:
-        raise RuntimeError("run in %s: processes %s survived SIGKILL" % (run_dir, left))
+        return True
+
+    if not _terminate(send, lambda: bool(_marked(run_dir)), grace_s):
+        raise RuntimeError("run in %s: processes %s survived SIGKILL" % (run_dir, _marked(run_dir)))
 
 
 def _group_alive(pgid: int) -> bool:

@@ -224,7 +224,7 @@ class Planner(VerbRunner, Notes, History):
                 raise PlannerError("gate %s gave no verdict (exit %d): %s" % (action.run, code,
                                                                            (err or out).strip()[-1000:]))
             reasons = data.get("reasons") or []
-            self.event("gate", run=action.run, verdict=(data or {}).get("verdict"), reasons="; ".join(reasons)[:200])
+            self.event("gate", run=action.run, verdict=data["verdict"], reasons="; ".join(reasons)[:200])
         elif action.kind == "confirm":
             run = self.launch("--repeat-of", action.run, "--confirm", status=status)
             self.follow(run)

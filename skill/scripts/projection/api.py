@@ -98,13 +98,9 @@ def screen(args: Mapping, gpus: int, hardware: str, gpus_per_node: Optional[int]
     return job, mem, gpu, gpus_per_node
 
 
-def project(args: Mapping, gpus: int, hardware: str, gpus_per_node: Optional[int] = None,
-            only_if_fits: bool = False) -> Optional[dict]:
-    """Project one step of a Megatron-LM job (see the package README for the model). ``only_if_fits``: None, without
-    timing the step, for a job that does not fit."""
+def project(args: Mapping, gpus: int, hardware: str, gpus_per_node: Optional[int] = None) -> dict:
+    """Project one step of a Megatron-LM job (see the package README for the model)."""
     job, mem, gpu, gpus_per_node = screen(args, gpus, hardware, gpus_per_node)
-    if only_if_fits and not mem["fits"]:
-        return None
     peak = gpu.peak(job.precision)
     warnings = list(job.warnings)
     theta, info, more = theta_for(gpu, load_params())
