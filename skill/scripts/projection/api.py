@@ -31,7 +31,7 @@ PARAMS = Path(__file__).resolve().parent / "params.json"
 # Physically plausible starting points, used when params.json is absent and as the fit's priors.
 PRIOR = {"gemm_bf16": 1 / 0.7, "gemm_lp": 1 / 0.55, "expert": 1.0, "gemm_bytes": 1.0, "attn": 1 / 0.5, "elem": 1.0,
          "launch": 2e-4, "moe": 3e-4, "comm": 1 / 0.7, "a2a": 1 / 0.7,
-         "a2a_nccl": 1 / 0.7}
+         "a2a_nccl": 1 / 0.7, "moe_elem": 1.0}
 
 __all__ = ["ConfigError", "project", "theta_for"]
 
@@ -70,7 +70,8 @@ def theta_for(gpu: hw.GPU, params: Optional[dict]) -> tuple:
             "gemm_bf16_efficiency": 1 / theta["gemm_bf16"], "gemm_lowp_efficiency": 1 / theta["gemm_lp"],
             "grouped_gemm_relative_efficiency": 1 / theta["expert"], "gemm_bytes_efficiency": 1 / theta["gemm_bytes"],
             "attention_efficiency": 1 / theta["attn"],
-            "elementwise_efficiency": 1 / theta["elem"], "comm_efficiency": 1 / theta["comm"],
+            "elementwise_efficiency": 1 / theta["elem"], "moe_elementwise_efficiency": 1 / theta["moe_elem"],
+            "comm_efficiency": 1 / theta["comm"],
             "all_to_all_efficiency": 1 / theta["a2a"],
             "nccl_all_to_all_nvlink_efficiency": 1 / theta["a2a_nccl"],
             "host_s_per_layer": theta["launch"], "moe_s_per_layer": theta["moe"]}

@@ -4,10 +4,10 @@
     ../../.venv/bin/python -m attune.projection.calibrate --check                         # refit, compare, write nothing
     ../../.venv/bin/python -m attune.projection.calibrate --excluded                      # why each row is left out
 
-**Parameters** (``timing.THETA``; each is 1/efficiency, or seconds for the two overheads). Eleven
+**Parameters** (``timing.THETA``; each is 1/efficiency, or seconds for the two overheads). Twelve
 global values ``u`` (log scale) and, per GPU family, offsets ``v`` for the four that plausibly differ by
 GPU generation: ``gemm_bf16``, ``gemm_lp`` (FP8), ``attn`` and ``comm``. A family's value is
-``exp(u + v_family)``; ``expert``, ``gemm_bytes``, ``elem``, ``launch``, ``moe``, ``a2a`` and
+``exp(u + v_family)``; ``expert``, ``gemm_bytes``, ``elem``, ``moe_elem``, ``launch``, ``moe``, ``a2a`` and
 ``a2a_nccl`` are shared. Never per row.
 
 **Fit**: Levenberg-Marquardt on ``r_i = log(predicted step time / measured step time)`` (the measured

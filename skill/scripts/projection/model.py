@@ -111,8 +111,8 @@ def layer_work(job: Job, moe: bool, window_layer: bool, full_recompute: bool) ->
     lp = job.precision != "bf16"
     e = in_bytes(job)
     w = widths(job)
-    out = dict.fromkeys(("flops_lp", "flops_hp", "flops_expert", "gemm_bytes", "attn_flops", "elem_bytes", "tp_bytes",
-                         "cp_bytes", "ep_count"), 0.0)
+    out = dict.fromkeys(("flops_lp", "flops_hp", "flops_expert", "gemm_bytes", "attn_flops", "elem_bytes",
+                         "moe_elem_bytes", "tp_bytes", "cp_bytes", "ep_count"), 0.0)
 
     def gemms(group, again, key=None):
         flops, traffic = gemm_cost(group, e, again)
@@ -144,7 +144,10 @@ def layer_work(job: Job, moe: bool, window_layer: bool, full_recompute: bool) ->
         flops, traffic = gemm_cost(router, 2.0, full_recompute)
         out["flops_hp"] += flops
         out["gemm_bytes"] += traffic
-        elem += act_passes * A * job.moe_ffn + 8 * A * h + 8 * n * job.experts
+        # the routed experts' own traffic (router scores, token permute/unpermute, expert activation): a few large
+        # fused kernels, apart from the norm/RoPE/residual traffic in elem (its own efficiency in timing.py)
+        moe_elem = act_passes * A * job.moe_ffn + 8 * A * h + 8 * n * job.experts
+        out["moe_elem_bytes"] = ACT * moe_elem * (1 + full_recompute / 3.0)
         if job.shared_ffn:
             gemms(mlp_gemms(job, T, job.shared_ffn, t), full_recompute or "shared_experts" in mods)
             elem += act_passes * T * job.shared_ffn / t
