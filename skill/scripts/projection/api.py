@@ -28,10 +28,12 @@ from . import config, hardware as hw, memory, model, timing
 from .config import ConfigError
 
 PARAMS = Path(__file__).resolve().parent / "params.json"
-# Physically plausible starting points, used when params.json is absent and as the fit's priors.
+# Physically plausible starting points, used when params.json is absent and as the fit's priors. attn_s0 (tokens):
+# FlashAttention-3's forward without a causal mask loses about 200 keys' worth of work per query tile (model.py);
+# the causal mask's diagonal tile and the backward add to it.
 PRIOR = {"gemm_bf16": 1 / 0.7, "gemm_lp": 1 / 0.55, "expert": 1.0, "gemm_bytes": 1.0, "attn": 1 / 0.5, "elem": 1.0,
          "launch": 2e-4, "moe": 3e-4, "comm": 1 / 0.7, "a2a": 1 / 0.7,
-         "a2a_nccl": 1 / 0.7, "moe_elem": 1.0}
+         "a2a_nccl": 1 / 0.7, "moe_elem": 1.0, "attn_s0": 500.0}
 
 __all__ = ["ConfigError", "project", "theta_for"]
 
@@ -74,6 +76,7 @@ def theta_for(gpu: hw.GPU, params: Optional[dict]) -> tuple:
             "comm_efficiency": 1 / theta["comm"],
             "all_to_all_efficiency": 1 / theta["a2a"],
             "nccl_all_to_all_nvlink_efficiency": 1 / theta["a2a_nccl"],
+            "attention_overhead_tokens": theta["attn_s0"],
             "host_s_per_layer": theta["launch"], "moe_s_per_layer": theta["moe"]}
     if params is not None:
         info["fit_date"] = params.get("fit_date")

@@ -4,11 +4,12 @@
     ../../.venv/bin/python -m attune.projection.calibrate --check                         # refit, compare, write nothing
     ../../.venv/bin/python -m attune.projection.calibrate --excluded                      # why each row is left out
 
-**Parameters** (``timing.THETA``; each is 1/efficiency, or seconds for the two overheads). Twelve
+**Parameters** (``timing.THETA``; each is 1/efficiency, seconds for the two overheads, or tokens for
+``attn_s0``, the attention kernels' fixed work per query tile). Thirteen
 global values ``u`` (log scale) and, per GPU family, offsets ``v`` for the four that plausibly differ by
 GPU generation: ``gemm_bf16``, ``gemm_lp`` (FP8), ``attn`` and ``comm``. A family's value is
-``exp(u + v_family)``; ``expert``, ``gemm_bytes``, ``elem``, ``moe_elem``, ``launch``, ``moe``, ``a2a`` and
-``a2a_nccl`` are shared. Never per row.
+``exp(u + v_family)``; ``expert``, ``gemm_bytes``, ``elem``, ``moe_elem``, ``attn_s0``, ``launch``, ``moe``,
+``a2a`` and ``a2a_nccl`` are shared. Never per row.
 
 **Fit**: Levenberg-Marquardt on ``r_i = log(predicted step time / measured step time)`` (the measured
 step time is ``gbs * seq / (tokens/s/GPU * GPUs)``), with Gaussian priors that keep unidentified
@@ -45,6 +46,7 @@ from . import api, config, dataset, hardware as hw, memory, timing
 PER_FAMILY = ("gemm_bf16", "gemm_lp", "attn", "comm")
 SIGMA_R, SIGMA_U, SIGMA_V = 0.15, 1.0, 0.35
 SCHEMA = 1
+RAW = ("launch", "moe", "attn_s0")  # seconds or tokens, reported as they are; the rest as efficiencies (1/theta)
 
 
 class Problem:
@@ -220,7 +222,7 @@ def run(csv_path: Path = dataset.CSV, loo: bool = True, superseded: bool = False
         "rows_excluded": dict(sorted(collections.Counter(reason for reason, *_ in excluded.values()).items())),
         "prior": dict(api.PRIOR), "sigma": {"residual": SIGMA_R, "global": SIGMA_U, "family": SIGMA_V},
         "global": u, "families": families,
-        "efficiency": {family: {name: (theta[name] if name in ("launch", "moe") else 1 / theta[name])
+        "efficiency": {family: {name: (theta[name] if name in RAW else 1 / theta[name])
                                 for name in timing.THETA} for family, theta in families.items()},
         "in_sample": {key: value for key, value in summary(problem, predict(problem, p)).items()
                       if key not in ("table", "worst")},

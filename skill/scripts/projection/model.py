@@ -111,8 +111,8 @@ def layer_work(job: Job, moe: bool, window_layer: bool, full_recompute: bool) ->
     lp = job.precision != "bf16"
     e = in_bytes(job)
     w = widths(job)
-    out = dict.fromkeys(("flops_lp", "flops_hp", "flops_expert", "gemm_bytes", "attn_flops", "elem_bytes",
-                         "moe_elem_bytes", "tp_bytes", "cp_bytes", "ep_count"), 0.0)
+    out = dict.fromkeys(("flops_lp", "flops_hp", "flops_expert", "gemm_bytes", "attn_flops", "attn_short",
+                         "elem_bytes", "moe_elem_bytes", "tp_bytes", "cp_bytes", "ep_count"), 0.0)
 
     def gemms(group, again, key=None):
         flops, traffic = gemm_cost(group, e, again)
@@ -128,6 +128,13 @@ def layer_work(job: Job, moe: bool, window_layer: bool, full_recompute: bool) ->
     keys = attention_keys(job, window_layer)
     core = 2.0 * T * keys * job.heads / t * (w["dqk"] + w["dv"])
     out["attn_flops"] = core * (3.5 + (full_recompute or "core_attn" in mods))
+    # FlashAttention's fixed work per query tile (load Q, rescale, write O, the diagonal tile of a causal mask) is
+    # spread over the keys one kernel call sees: the local sequence (seq / CP) or the window, whichever is
+    # shorter. timing.py charges attn_s0 / span more per FLOP: kernels reach their throughput only at long spans
+    # (FlashAttention-3, arXiv:2407.08608, forward at head dim 128 on H100: 467 TFLOP/s at 512 tokens, 625 at
+    # 2k, 648 at 16k, about 200 tokens of overhead without a causal mask)
+    span = min(job.window, job.seq / job.cp) if (window_layer and job.window) else job.seq / job.cp
+    out["attn_short"] = out["attn_flops"] / span
     elem = 16 * n * h + 4 * T * (w["q"] + w["k"]) / t
     if job.hidden_dropout > 0:
         elem += 6 * n * h

@@ -8,7 +8,8 @@ efficiencies enter. Per pipeline rank and micro-batch (forward + backward + reco
     gemm    = FLOPs_lowp / peak_lowp * th_gemm_lp + FLOPs_bf16 / peak_bf16 * th_gemm_bf16
               + expert FLOPs / peak_run * th_gemm_run * th_expert  (grouped GEMMs vs dense ones)
               + GEMM bytes / HBM * th_gemm_bytes                  (additive roofline per GEMM)
-    attn    = core-attention FLOPs / peak_bf16 * th_attn
+    attn    = core-attention FLOPs * (1 + th_attn_s0 / span) / peak_bf16 * th_attn
+              (span: the keys one kernel call sees, seq / CP or the window; th_attn_s0 in tokens)
     elem    = elementwise bytes / HBM * th_elem                   (norms, RoPE, residuals, dense activations, casts)
               + MoE elementwise bytes / HBM * th_moe_elem          (router, token permute/unpermute, expert
                                                                    activation: a few large fused kernels)
@@ -56,9 +57,10 @@ from .hardware import GPU
 KAPPA = 0.1  # share of an overlapped TP / EP transfer that stays exposed (first pipelined chunk)
 OPT_BYTES = 34.0  # per parameter of the local optimizer shard: fp32 master, Adam m and v, grad read
 THETA = ("gemm_bf16", "gemm_lp", "expert", "gemm_bytes", "attn", "elem", "launch", "moe", "comm", "a2a", "a2a_nccl",
-         "moe_elem")
-RANK_KEYS = ("flops_lp", "flops_hp", "flops_expert", "gemm_bytes", "attn_flops", "elem_bytes", "moe_elem_bytes",
-             "layers", "moe_layers", "tp_s", "cp_s", "ep_nvl_s", "ep_nic_s", "pp_s", "dp_rs_s", "dp_ag_s", "opt_bytes")
+         "moe_elem", "attn_s0")
+RANK_KEYS = ("flops_lp", "flops_hp", "flops_expert", "gemm_bytes", "attn_flops", "attn_short", "elem_bytes",
+             "moe_elem_bytes", "layers", "moe_layers", "tp_s", "cp_s", "ep_nvl_s", "ep_nic_s", "pp_s", "dp_rs_s",
+             "dp_ag_s", "opt_bytes")
 ROW_KEYS = ("peak_lp", "peak_hp", "lowp", "hbm", "m", "pp", "vp", "tp_overlap", "ep_overlap", "overlap_grad",
             "overlap_param", "nccl_a2a")
 
@@ -134,8 +136,8 @@ def features(job: Job, gpu: GPU, gpus_per_node: int) -> dict:
         if job.recompute == "full" and n_layers:
             per_chunk = max(1, len(indices) // job.vp)
             full = 1.0 if job.recompute_method == "uniform" else min(job.recompute_layers, per_chunk) / per_chunk
-        acc = dict.fromkeys(("flops_lp", "flops_hp", "flops_expert", "gemm_bytes", "attn_flops", "elem_bytes",
-                             "moe_elem_bytes", "tp_bytes", "cp_bytes", "ep_count"), 0.0)
+        acc = dict.fromkeys(("flops_lp", "flops_hp", "flops_expert", "gemm_bytes", "attn_flops", "attn_short",
+                             "elem_bytes", "moe_elem_bytes", "tp_bytes", "cp_bytes", "ep_count"), 0.0)
         for (moe, window), count in collections.Counter(layer_kinds).items():  # the same work per kind of layer
             for share, recomputed in ((1 - full, False), (full, True)):
                 if share:
@@ -165,7 +167,8 @@ def features(job: Job, gpu: GPU, gpus_per_node: int) -> dict:
         else:  # all-reduce: twice the reduce-scatter's traffic
             rs, ag, shard = 2 * volume * job.grad_bytes, 0.0, dense + expert
         values = {"flops_lp": acc["flops_lp"], "flops_hp": acc["flops_hp"], "flops_expert": acc["flops_expert"],
-                  "gemm_bytes": acc["gemm_bytes"], "attn_flops": acc["attn_flops"], "elem_bytes": acc["elem_bytes"],
+                  "gemm_bytes": acc["gemm_bytes"], "attn_flops": acc["attn_flops"], "attn_short": acc["attn_short"],
+                  "elem_bytes": acc["elem_bytes"],
                   "moe_elem_bytes": acc["moe_elem_bytes"], "layers": float(n_layers),
                   "moe_layers": float(sum(moe for moe, _ in layer_kinds)),
                   "tp_s": acc["tp_bytes"] / tp_link, "cp_s": acc["cp_bytes"] / cp_link,
@@ -205,7 +208,7 @@ def step_time(F: dict, theta: dict) -> dict:
     gemm = F["flops_lp"] / F["peak_lp"][:, None] * col["gemm_lp"] + F["flops_hp"] / F["peak_hp"][:, None] * \
         col["gemm_bf16"] + F["flops_expert"] / F["peak_lp"][:, None] * run * col["expert"] + \
         F["gemm_bytes"] / F["hbm"][:, None] * col["gemm_bytes"]
-    attn = F["attn_flops"] / F["peak_hp"][:, None] * col["attn"]
+    attn = (F["attn_flops"] + F["attn_short"] * col["attn_s0"]) / F["peak_hp"][:, None] * col["attn"]
     elem = (F["elem_bytes"] * col["elem"] + F["moe_elem_bytes"] * col["moe_elem"]) / F["hbm"][:, None]
     compute = np.maximum(gemm + attn + elem, F["layers"] * col["launch"]) + F["moe_layers"] * col["moe"]
     tp, cp, pp = (F[key] * col["comm"] for key in ("tp_s", "cp_s", "pp_s"))

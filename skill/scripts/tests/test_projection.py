@@ -294,6 +294,29 @@ def test_project_contract_and_identities():
     json.dumps(out)  # plain data
 
 
+def test_attention_costs_more_per_flop_in_shorter_kernel_calls():
+    """FlashAttention's fixed work per query tile is spread over the keys one kernel call sees: context
+    parallelism shortens each call to seq / CP, a sliding window to the window, and both raise the cost per
+    attention FLOP by (1 + attn_s0 / L) against the long-sequence cost."""
+    from attune.projection import timing
+    gpu = hardware.get("H100")
+    theta = api.theta_for(gpu, api.load_params())[0]
+    s0 = theta["attn_s0"]
+    assert 100 < s0 < 5000
+
+    def seconds_per_flop(args, gpus):
+        job = job_of(args, gpus)
+        F = timing.stack([timing.features(job, gpu, gpu.gpus_per_node)])
+        out = timing.step_time(F, {name: np.array([theta[name]]) for name in timing.THETA})
+        return out["parts"]["attention"][0] / (F["m"][0] * F["attn_flops"][0, 0])
+
+    full = seconds_per_flop(LLAMA8B, 8)
+    cp4 = seconds_per_flop(dict(LLAMA8B, **{"--context-parallel-size": "4"}), 32)
+    assert cp4 / full == pytest.approx((1 + s0 / 2048) / (1 + s0 / 8192))
+    window = seconds_per_flop(dict(LLAMA8B, **{"--window-size": "(512, 0)"}), 8)
+    assert window / full == pytest.approx((1 + s0 / 512) / (1 + s0 / 8192))
+
+
 def test_warnings_name_defaults_and_uncalibrated_hardware():
     args = {k: v for k, v in LLAMA8B.items() if k != "--vocab-size"}
     out = project(args, 8, "MI300X")
