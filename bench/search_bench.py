@@ -218,8 +218,8 @@ a. ``space.check`` calls ``attune.core.legality.check`` with the raw arguments, 
    shows the bug: every method ties at +0%).
 b. ``_gen_pp`` drops the VP flags at PP 1 but not ``--pipeline-model-parallel-layout``: with a layout, a PP change
    silently re-derives VP (stages / PP: DeepSeek-V3's 16-stage layout at PP 2 is VP 8), and PP 1 keeps a
-   multi-stage layout (VP 16 at PP 1), which neither legality nor ``projection.config.parse`` refuses when
-   ``--overlap-p2p-comm`` is set; Megatron's interleaved schedule needs PP > 1.
+   multi-stage layout (VP 16 at PP 1), which neither legality nor ``projection.config.parse`` refused then;
+   Megatron's interleaved schedule needs PP > 1 (legality's ``interleaved-pp`` rule since 2026-12-05).
 c. After an unmodelled lever's change is kept (e.g. ``NCCL_P2P_NET_CHUNKSIZE=2097152``), ``options`` offers its
    reverse (``NCCL_P2P_NET_CHUNKSIZE=unset``) against the new leader with the same expected gain (a quarter of
    the same diagnosed share): ``propose`` returns a candidate identical to the leader's parent; only

@@ -11,9 +11,9 @@ Bridge table states no precision).
 
 The recipe's arguments are the row's (``projection.dataset.to_row``: shape from the public HF config,
 distributed optimizer with grad/param overlap and bf16 gradient reduction, SP + TP overlap when TP > 1,
-``--overlap-p2p-comm`` with VP, the flex dispatcher, the cost-balanced layout for uneven pipelines), plus
-the architecture flags the row does not carry (RoPE, RMSNorm, no biases), mock data with the null
-tokenizer, an optimizer schedule and the fixed 20-iteration workload, as in
+the pipeline's sends and receives overlapped with VP (Megatron-LM's default), the flex dispatcher, the
+cost-balanced layout for uneven pipelines), plus the architecture flags the row does not carry (RoPE, RMSNorm,
+no biases), mock data with the null tokenizer, an optimizer schedule and the fixed 20-iteration workload, as in
 ``simulate/recipes/llama3_70b_h100x64.yaml``. When the projection says the published recipe does not fit,
 full recompute (uniform, 1 layer) is added, as the 70B template did, and ``Workload.notes`` says so.
 

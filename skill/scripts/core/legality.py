@@ -85,14 +85,67 @@ def _int(args: Mapping, flag: str, default: Optional[int]) -> Optional[int]:
 
 def layout_stages(text: str) -> Optional[list]:
     """``--pipeline-model-parallel-layout`` (Megatron's grammar: ``E`` embedding, ``t`` decoder layer, ``m`` MTP
-    layer, ``L`` loss, ``|`` between stages, ``(..)*n`` and ``x*n`` repeats) as the number of decoder layers of
-    each stage, in order; None when the text has characters outside that grammar."""
-    flat = str(text).replace(",", "").replace('"', "").replace("'", "").replace(" ", "")
+    layer, ``L`` loss, ``|`` between stages, ``(..)*n`` and ``x*n`` repeats, commas ignored) as each stage's
+    layers, in order (a string of E, t, m and L per stage); None when the text has characters outside that
+    grammar (a space is one, as in Megatron-LM's ``PipelineParallelLayerLayout.parse_str_to_list``). Quotes
+    around the whole value are taken off first: they are the shell's."""
+    flat = str(text).strip().strip("\"'").replace(",", "")
     for pattern in (r"\(([^)]+)\)\*(\d+)", r"(.)\*(\d+)"):
         flat = re.sub(pattern, lambda match: match.group(1) * int(match.group(2)), flat)
     if set(flat) - set("EtmL|"):
         return None
-    return [stage.count("t") for stage in flat.split("|")]
+    return flat.split("|")
+
+
+def _layout_violations(stages: list, pp: int, layers: Optional[int], mtp: int) -> list:
+    """``(message, fix)`` for each check of Megatron-LM core_v0.16.1 on a layout that ``stages`` (from
+    ``layout_stages``) breaks: ``arguments.validate_args`` (stage count a multiple of PP) and
+    ``PipelineParallelLayerLayout.validate_layer_layout`` (the embedding first and the loss last, each once, in
+    the order of the stages; every decoder layer placed; the MTP layers after every decoder layer, all in one
+    stage, the last virtual stage of its rank)."""
+    out = []
+    if len(stages) % pp:
+        return [("the layout has %d stages, not a multiple of --pipeline-model-parallel-size=%d" % (len(stages), pp),
+                 "rewrite the layout for the new PP size (or keep PP)")]
+    flat = "".join(stages)
+    if not flat.startswith("E") or flat.count("E") != 1:
+        out.append(("the layout must begin with the embedding (E), once: Megatron-LM asserts the first layer is "
+                    "the embedding", "write E once, at the start of the first stage"))
+    if not flat.endswith("L") or flat.count("L") != 1:
+        out.append(("the layout must end with the loss (L), once: Megatron-LM asserts the last layer is the loss",
+                    "write L once, at the end of the last stage"))
+    if layers is not None and flat.count("t") != layers:
+        out.append(("the layout places %d decoder layers; --num-layers is %d" % (flat.count("t"), layers),
+                    "place every decoder layer exactly once"))
+    if flat.count("m") != mtp:
+        out.append(("the layout places %d MTP layers; --mtp-num-layers is %d" % (flat.count("m"), mtp),
+                    "place each MTP layer (m) once, or set --mtp-num-layers"))
+    if "m" in flat:
+        vp = len(stages) // pp
+        holders = [k for k, stage in enumerate(stages) if "m" in stage]
+        if "t" in flat[flat.index("m"):]:
+            out.append(("a decoder layer (t) comes after an MTP layer (m)", "place the MTP layers after every "
+                        "decoder layer"))
+        if len(holders) > 1 or holders[0] // pp != vp - 1:
+            out.append(("the MTP layers must all be in one stage, the last virtual stage of its pipeline rank",
+                        "move every m into one stage of the last virtual pipeline chunk"))
+    return out
+
+
+def _interleaved(args: Mapping, pp: int, vp: int) -> list:
+    """Megatron-LM core_v0.16.1 ``arguments.validate_args``: the interleaved schedule (VP > 1) needs PP > 1, and
+    PP > 2 when the pipeline's sends and receives are not overlapped (``--no-overlap-p2p-communication``; they are
+    by default)."""
+    if vp <= 1:
+        return []
+    if "--no-overlap-p2p-communication" in args and pp <= 2:
+        return [Violation("interleaved-pp", "the interleaved schedule (VP %d) needs --pipeline-model-parallel-size > 2 "
+                          "with --no-overlap-p2p-communication (PP is %d)" % (vp, pp),
+                          "drop --no-overlap-p2p-communication, raise PP, or remove the virtual stages")]
+    if pp <= 1:
+        return [Violation("interleaved-pp", "the interleaved schedule (VP %d) needs pipeline parallelism (PP > 1)" % vp,
+                          "raise --pipeline-model-parallel-size, or remove the virtual stages")]
+    return []
 
 
 def _pipeline_split(args: Mapping, layers: Optional[int], pp: int, per_vstage: Optional[int]) -> list:
@@ -121,15 +174,13 @@ def _pipeline_split(args: Mapping, layers: Optional[int], pp: int, per_vstage: O
         stages = layout_stages(layout)
         if stages is None:
             out.append(Violation("pipeline-layout", "--pipeline-model-parallel-layout %r has characters outside "
-                                 "E, t, m, L, | and repeats" % layout, "write the layout in Megatron's grammar"))
+                                 "E, t, m, L, | and repeats" % layout, "write the layout in Megatron's grammar "
+                                 "(no spaces)"))
             return out
-        if len(stages) % pp:
-            out.append(Violation("pipeline-layout", "the layout has %d stages, not a multiple of "
-                                 "--pipeline-model-parallel-size=%d" % (len(stages), pp),
-                                 "rewrite the layout for the new PP size (or keep PP)"))
-        if layers is not None and sum(stages) != layers:
-            out.append(Violation("pipeline-layout", "the layout places %d decoder layers; --num-layers is %d"
-                                 % (sum(stages), layers), "place every decoder layer exactly once"))
+        mtp = _int(args, "--mtp-num-layers", 0) or 0
+        for message, fix in _layout_violations(stages, pp, layers, mtp):
+            out.append(Violation("pipeline-layout", message, fix))
+        out.extend(_interleaved(args, pp, len(stages) // pp if len(stages) % pp == 0 else 1))
         if uneven:
             out.append(Violation("pipeline-layout", "--decoder-first/last-pipeline-num-layers cannot be given with "
                                  "--pipeline-model-parallel-layout", "put the uneven stages in the layout"))
@@ -141,6 +192,13 @@ def _pipeline_split(args: Mapping, layers: Optional[int], pp: int, per_vstage: O
         out.append(Violation("uneven-pipeline", "--decoder-first/last-pipeline-num-layers cannot be given with %s"
                              % " and ".join(accounted), "keep one way of evening out the stages"))
         return out
+    for flag, value in (("--decoder-first-pipeline-num-layers", first), ("--decoder-last-pipeline-num-layers", last)):
+        if value is not None and value <= 0:
+            out.append(Violation("uneven-pipeline", "%s=%d must be larger than 0 (Megatron-LM's TransformerConfig)"
+                                 % (flag, value), "give the stage at least one layer, or remove the flag"))
+    vstages = _int(args, "--num-virtual-stages-per-pipeline-rank", None)
+    if vstages is not None:
+        out.extend(_interleaved(args, pp, vstages))
     if uneven:
         if per_vstage is not None:
             out.append(Violation("virtual-pipeline", "uneven first/last stages need "
@@ -163,14 +221,13 @@ def _pipeline_split(args: Mapping, layers: Optional[int], pp: int, per_vstage: O
                              % (layers, "".join(" +1 (%s)" % flag[2:] for flag in accounted), pp),
                              "choose a PP size that divides the number of layers (or set an uneven first/last stage, "
                              "or count the embedding and loss in the split)"))
-    if per_vstage is not None:
-        if pp == 1:
-            out.append(Violation("virtual-pipeline", "--num-layers-per-virtual-pipeline-stage needs pipeline "
-                                 "parallelism (PP > 1)", "remove it or raise --pipeline-model-parallel-size"))
-        elif counted is not None and (counted // pp) % per_vstage:
+    if per_vstage is not None and counted is not None and counted % pp == 0:
+        if (counted // pp) % per_vstage:
             out.append(Violation("virtual-pipeline", "%d layers per pipeline stage are not divisible by "
                                  "--num-layers-per-virtual-pipeline-stage=%d" % (counted // pp, per_vstage),
                                  "choose a number of layers per virtual stage that divides the layers per stage"))
+        else:
+            out.extend(_interleaved(args, pp, counted // pp // per_vstage))
     return out
 
 
@@ -286,6 +343,11 @@ def check(args: Mapping, env: Mapping, world_size: int, gpu: Optional[str] = Non
     layers = sizes["--num-layers"]
     per_vstage = sizes["--num-layers-per-virtual-pipeline-stage"]
     out.extend(_pipeline_split(args, layers, pp, per_vstage))
+    position = str(args.get("--position-embedding-type") or "learned_absolute")
+    if (_int(args, "--mtp-num-layers", 0) or 0) > 0 and position not in ("rope", "none"):
+        bad("mtp", "Multi-Token Prediction (--mtp-num-layers) needs --position-embedding-type rope or none, not %s "
+            "(Megatron-LM's validate_args; learned_absolute is its default)" % position,
+            "set --position-embedding-type rope (or remove --mtp-num-layers)")
     if "--sequence-parallel" in args and tp == 1:
         bad("sequence-parallel", "--sequence-parallel needs tensor parallelism (TP > 1); Megatron turns it off at TP=1",
             "remove --sequence-parallel or raise --tensor-model-parallel-size")

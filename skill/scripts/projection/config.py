@@ -12,8 +12,9 @@ Illegal layouts raise ``ConfigError`` naming the rule. The rules ``attune.core.l
 has (world size, global batch, experts per rank, layers per stage, virtual pipeline, sequence
 parallel, overlap flags) come from there; the rest are Megatron's model-construction asserts:
 heads and query groups vs TP (``TransformerConfig.__post_init__``), seq-length vs 2 x CP,
-``--recompute-method`` only with full recompute, interleaving needs PP > 2 without
-``--overlap-p2p-comm``, and a custom ``--pipeline-model-parallel-layout`` whose stage count is a
+``--recompute-method`` only with full recompute, interleaving needs PP > 1, and PP > 2 with
+``--no-overlap-p2p-communication`` (Megatron overlaps the pipeline's sends and receives by default;
+``validate_args``), and a custom ``--pipeline-model-parallel-layout`` whose stage count is a
 multiple of PP and whose layers add up.
 """
 
@@ -42,7 +43,7 @@ MODEL_FLAGS = (
     "--moe-shared-expert-intermediate-size", "--moe-layer-freq", "--mtp-num-layers", "--window-size",
     "--window-attn-skip-freq", "--hidden-dropout", "--attention-dropout", "--untie-embeddings-and-output-weights",
     "--num-virtual-stages-per-pipeline-rank", "--pipeline-model-parallel-layout",
-    "--decoder-first-pipeline-num-layers", "--decoder-last-pipeline-num-layers", "--overlap-p2p-comm",
+    "--decoder-first-pipeline-num-layers", "--decoder-last-pipeline-num-layers", "--no-overlap-p2p-communication",
     "--fp4-format", "--use-megatron-fsdp", "--use-torch-fsdp2", "--normalization", "--position-embedding-type",
     "--tokenizer-type", "--tokenizer-model", "--max-position-embeddings", "--moe-flex-dispatcher-backend",
     "--main-params-dtype", "--exp-avg-dtype", "--exp-avg-sq-dtype",
@@ -61,8 +62,9 @@ READS = frozenset((
     "--moe-shared-expert-intermediate-size", "--moe-token-dispatcher-type", "--mtp-num-layers",
     "--multi-latent-attention", "--normalization", "--num-attention-heads", "--num-experts", "--num-layers",
     "--num-layers-per-virtual-pipeline-stage", "--num-query-groups", "--num-virtual-stages-per-pipeline-rank",
-    "--optimizer-cpu-offload", "--overlap-grad-reduce", "--overlap-moe-expert-parallel-comm", "--overlap-p2p-comm",
-    "--overlap-param-gather", "--pipeline-model-parallel-layout", "--pipeline-model-parallel-size",
+    "--no-overlap-p2p-communication", "--optimizer-cpu-offload", "--overlap-grad-reduce",
+    "--overlap-moe-expert-parallel-comm", "--overlap-param-gather", "--pipeline-model-parallel-layout",
+    "--pipeline-model-parallel-size",
     "--position-embedding-type", "--q-lora-rank", "--qk-head-dim", "--qk-pos-emb-head-dim",
     "--recompute-granularity", "--recompute-method", "--recompute-modules", "--recompute-num-layers",
     "--seq-length", "--sequence-parallel", "--squared-relu", "--swiglu", "--tensor-model-parallel-size",
@@ -440,9 +442,9 @@ def parse(args: Mapping, gpus: int, gpu_name: str, gpus_per_node: int) -> Job:
             raise ConfigError("layers-per-stage: not enough layers in the first or last virtual stage for the "
                               "embedding and loss counted in the split")
     stages = _ranks(stages, pp)
-    if vp > 1 and pp <= 2 and "--overlap-p2p-comm" not in args:
-        raise ConfigError("interleaved-pp: the interleaved schedule (VP %d) needs --pipeline-model-parallel-size > 2 "
-                          "unless --overlap-p2p-comm is set (PP is %d)" % (vp, pp))
+    # the pipeline's sends and receives overlap with the interleaved schedule unless --no-overlap-p2p-communication
+    # (legality.py checks the PP sizes the schedule needs)
+    p2p_overlap = vp > 1 and "--no-overlap-p2p-communication" not in args
 
     recompute = str(args.get("--recompute-granularity") or "")
     if recompute not in ("", "full", "selective"):
@@ -503,7 +505,7 @@ def parse(args: Mapping, gpus: int, gpu_name: str, gpus_per_node: int) -> Job:
         recompute=recompute, recompute_method=method, recompute_layers=recompute_layers, recompute_modules=modules,
         dist_opt="--use-distributed-optimizer" in args, overlap_grad="--overlap-grad-reduce" in args,
         overlap_param="--overlap-param-gather" in args, tp_overlap="--tp-comm-overlap" in args and sp,
-        ep_overlap=ep_overlap, p2p_overlap="--overlap-p2p-comm" in args, precision=precision,
+        ep_overlap=ep_overlap, p2p_overlap=p2p_overlap, precision=precision,
         dispatcher=dispatcher,
         grad_bytes=2 if "--grad-reduce-in-bf16" in args else 4,
         param_bytes=1 if ("--fp8-param-gather" in args and precision == "fp8") else 2,

@@ -36,8 +36,9 @@ Documented assumptions for usable rows (the sources do not state them):
 * Bridge/NeMo/Megatron-LM perf runs use the distributed optimizer with ``--overlap-grad-reduce`` and
   ``--overlap-param-gather`` (Megatron-Bridge's performance defaults; the Megatron-LM weak-scaling
   README states DP/TP/PP overlap), sequence parallelism and ``--tp-comm-overlap`` when TP > 1, and
-  ``--overlap-p2p-comm`` with virtual pipelining. MoE rows use ETP 1 unless stated and the flex
-  (DeepEP/HybridEP) dispatcher (the 26.08 recipes name HybridEP).
+  the pipeline's sends and receives overlapped with virtual pipelining (Megatron-LM's default). MoE
+  rows use ETP 1 unless stated and the flex (DeepEP/HybridEP) dispatcher (the 26.08 recipes name
+  HybridEP).
 * No recompute unless the row (26.08 recipe flags) states it; no dropout except GPT-3-style models
   (Megatron's default 0.1).
 * An uneven pipeline (layers not divisible by PP x VP, DeepSeek-V3's 61 layers) gets a layout
@@ -77,7 +78,8 @@ SUPPLEMENT = {
     "qwen3_235b_a22b": {"--kv-channels": "128"},
     "gpt_oss_120b": {"--kv-channels": "64", "--window-size": "(128, 0)", "--window-attn-skip-freq": "2"},
     "deepseek_v3": dict(_MLA, **{"--moe-layer-freq": "[0]*3+[1]*58", "--moe-shared-expert-intermediate-size": "2048",
-                                 "--mtp-num-layers": "1", "--use-precision-aware-optimizer": True,
+                                 "--mtp-num-layers": "1", "--position-embedding-type": "rope",
+                                 "--use-precision-aware-optimizer": True,
                                  "--exp-avg-dtype": "bf16", "--exp-avg-sq-dtype": "bf16"}),
     "kimi_k2": dict(_MLA, **{"--moe-layer-freq": "[0]*1+[1]*60", "--moe-shared-expert-intermediate-size": "2048"}),
     "llama4_scout": {"--moe-shared-expert-intermediate-size": "8192"},
@@ -170,7 +172,7 @@ def balanced_layout(args: dict, layers: int, pp: int, vp: int) -> str:
     mtp = int(args.get("--mtp-num-layers", 0))
     probe = dict(args, **{"--pipeline-model-parallel-size": "1", "--tensor-model-parallel-size": "1",
                           "--context-parallel-size": "1", "--expert-model-parallel-size": "1",
-                          "--sequence-parallel": None, "--tp-comm-overlap": None, "--overlap-p2p-comm": None})
+                          "--sequence-parallel": None, "--tp-comm-overlap": None})
     probe = {k: v for k, v in probe.items() if v is not None}
     job = config.parse(probe, 1, "H100", 8)
     per_token = model.model_flops(job) / (job.gbs * job.seq)
@@ -245,8 +247,6 @@ def to_row(row: dict) -> Row:
     elif precision in ("MXFP8", "FP8-MX"):
         args.update({"--fp8-format": "e4m3", "--fp8-recipe": "mxfp8"})
     args.update(_recompute(row["recompute"]))
-    if vp > 1:
-        args["--overlap-p2p-comm"] = True
     if layers % (pp * vp):
         args["--pipeline-model-parallel-layout"] = balanced_layout(args, layers, pp, vp)
     elif vp > 1:

@@ -107,8 +107,15 @@ def test_what_the_space_keeps_out_says_why():
     rejected = dict((alt.name, why) for alt, why in levers["micro-batch-size"].rejected)
     assert "numeric" in rejected["micro-batch-size=2"] and not levers["micro-batch-size"].alternatives
     llama = {lever.id: lever for lever in space.space(recipes()["llama"], include_empty=True)}
-    why = dict((alt.name, w) for alt, w in llama["pipeline-parallel-size"].rejected)
-    assert why["pipeline-model-parallel-size=2"].startswith("megatron: interleaved-pp")
+    # the recipe's virtual stages at PP 2: legal with Megatron's default overlap of the pipeline's sends and
+    # receives, refused without it (arguments.validate_args: PP > 2)
+    assert llama["pipeline-parallel-size"].alternative("pipeline-model-parallel-size=2")
+    no_overlap = recipes()["llama"].replace("--overlap-grad-reduce",
+                                            "--overlap-grad-reduce --no-overlap-p2p-communication", 1)
+    assert no_overlap != recipes()["llama"]
+    pp = {lever.id: lever for lever in space.space(no_overlap, include_empty=True)}["pipeline-parallel-size"]
+    why = dict((alt.name, w) for alt, w in pp.rejected)
+    assert why["pipeline-model-parallel-size=2"].startswith("legality: interleaved-pp")
     assert "expert-parallel-size" not in {lever.id for lever in space.space(recipes()["llama"])}
     tp = llama["tensor-parallel-size"].alternative("tensor-model-parallel-size=1")
     assert ("--unset", "sequence-parallel") in tp.changes and tp.companions == ("--sequence-parallel",)
