@@ -39,6 +39,7 @@ DSV3_1024 = {
     "--qk-pos-emb-head-dim": "64", "--v-head-dim": "128", "--num-experts": "256", "--moe-router-topk": "8",
     "--moe-ffn-hidden-size": "2048", "--moe-shared-expert-intermediate-size": "2048",
     "--moe-layer-freq": "[0]*3+[1]*58", "--mtp-num-layers": "1", "--position-embedding-type": "rope",
+    "--disable-bias-linear": True,
     "--swiglu": True, "--vocab-size": "129280",
     "--untie-embeddings-and-output-weights": True, "--seq-length": "4096", "--micro-batch-size": "1",
     "--global-batch-size": "8192", "--tensor-model-parallel-size": "1", "--pipeline-model-parallel-size": "8",

@@ -26,6 +26,7 @@ DEEPSEEK_V3 = {
     "--qk-pos-emb-head-dim": "64", "--v-head-dim": "128", "--num-experts": "256", "--moe-router-topk": "8",
     "--moe-ffn-hidden-size": "2048", "--moe-shared-expert-intermediate-size": "2048",
     "--moe-layer-freq": "([0]*3+[1]*58)", "--mtp-num-layers": "1", "--position-embedding-type": "rope",
+    "--disable-bias-linear": True,
     "--vocab-size": "129280", "--seq-length": "4096",
     "--global-batch-size": "8192", "--micro-batch-size": "1", "--bf16": True, "--swiglu": True,
     "--use-distributed-optimizer": True, "--moe-grouped-gemm": True, "--moe-token-dispatcher-type": "alltoall",

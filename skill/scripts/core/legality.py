@@ -241,6 +241,98 @@ def require(recipe, gpu: Optional[str] = None, trusted=None, what: str = "the re
         raise CheckFailed("%s is not a legal Megatron-LM configuration: %s" % (what, "; ".join(map(str, violations))))
 
 
+SELECTIVE_MODULES = ("core_attn", "moe_act", "layernorm", "mla_up_proj", "mlp", "moe", "shared_experts")
+
+
+def _model_rules(args: Mapping, tp: int, pp: int, cp: int, etp: int, layers: Optional[int]) -> list:
+    """``(rule, message, fix)`` for each of Megatron-LM core_v0.16.1's checks on the model and its recompute that
+    ``args`` breaks (``arguments.validate_args`` and ``TransformerConfig.__post_init__``): attention heads and
+    query groups against TP, the sequence against CP and the position embeddings, the recompute granularity,
+    method, layer count and modules, the router's top-k, and biases in expert layers."""
+    out = []
+    heads = _int(args, "--num-attention-heads", None)
+    seq = _int(args, "--seq-length", None)
+    if heads:
+        groups = heads
+        if "--multi-latent-attention" not in args and ("--group-query-attention" in args
+                                                        or "--num-query-groups" in args):
+            groups = _int(args, "--num-query-groups", heads) or heads
+        if heads % tp:
+            out.append(("heads-per-rank", "--num-attention-heads %d is not divisible by --tensor-model-parallel-size "
+                        "%d" % (heads, tp), "choose a TP size that divides the attention heads"))
+        if groups % tp and tp % groups:
+            out.append(("query-groups-per-rank", "--num-query-groups %d is neither a multiple nor a divisor of "
+                        "--tensor-model-parallel-size %d" % (groups, tp), "choose a TP size that divides the query "
+                        "groups, or that they divide"))
+        if heads % groups:
+            out.append(("query-groups", "--num-attention-heads %d is not divisible by --num-query-groups %d"
+                        % (heads, groups), "give a number of query groups that divides the heads"))
+    if seq and cp > 1 and seq % (2 * cp):
+        out.append(("seq-length-cp", "--seq-length %d is not a multiple of 2 x --context-parallel-size %d"
+                    % (seq, cp), "choose a CP size whose double divides the sequence length"))
+    positions = _int(args, "--max-position-embeddings", None)
+    if seq and positions is not None and positions < seq:
+        out.append(("max-position-embeddings", "--max-position-embeddings %d is less than --seq-length %d"
+                    % (positions, seq), "raise --max-position-embeddings to at least the sequence length"))
+    granularity = args.get("--recompute-granularity")
+    method = args.get("--recompute-method")
+    recompute_layers = _int(args, "--recompute-num-layers", None)
+    if granularity is not None and granularity not in ("full", "selective"):
+        out.append(("recompute-granularity", "%r is not full or selective" % granularity, "write full or selective"))
+    if granularity is not None and method is not None and method not in ("uniform", "block"):
+        out.append(("recompute-method", "--recompute-method %s is not uniform or block" % method,
+                    "write uniform or block"))
+    if granularity == "full":
+        if method is None:
+            out.append(("recompute-method", "--recompute-granularity full needs --recompute-method uniform or block",
+                        "add --recompute-method uniform (or block)"))
+        if recompute_layers is None:
+            out.append(("recompute-num-layers", "--recompute-granularity full needs --recompute-num-layers (1 to the "
+                        "layers per pipeline rank)", "add --recompute-num-layers"))
+    if granularity == "selective":
+        if recompute_layers is not None:
+            out.append(("recompute-num-layers", "--recompute-num-layers goes with full recompute only",
+                        "remove it, or recompute in full"))
+        raw = args.get("--recompute-modules")
+        modules = str(raw).replace(",", " ").split() if raw not in (None, True) else []
+        unknown = [m for m in modules if m not in SELECTIVE_MODULES]
+        if unknown:
+            out.append(("recompute-modules", "unknown module(s) %s; known: %s" % (", ".join(unknown),
+                                                                               ", ".join(SELECTIVE_MODULES)),
+                        "name only modules Megatron-LM can recompute"))
+        needs = (("moe_act", "--moe-grouped-gemm"), ("mla_up_proj", "--multi-latent-attention"))
+        for module, flag in needs:
+            if module in modules and flag not in args:
+                out.append(("recompute-modules", "recomputing %s needs %s" % (module, flag),
+                            "add %s, or recompute other modules" % flag))
+        if "shared_experts" in modules and "--moe-shared-expert-overlap" in args \
+                and "--moe-shared-expert-intermediate-size" in args:
+            out.append(("recompute-modules", "recomputing shared_experts does not work with "
+                        "--moe-shared-expert-overlap", "remove one of them"))
+        delayed = (args.get("--fp8-format") not in (None, True)
+                   and str(args.get("--fp8-recipe") or "delayed") == "delayed")
+        if delayed and ("moe_act" in modules or "layernorm" in modules):
+            out.append(("recompute-modules", "recomputing moe_act or layernorm does not work with FP8 delayed scaling "
+                        "(--fp8-recipe delayed, the default)", "choose another --fp8-recipe, or recompute other "
+                        "modules"))
+    experts = _int(args, "--num-experts", None)
+    if experts:
+        topk = _int(args, "--moe-router-topk", 2)
+        if topk is not None and not 0 < topk <= experts:
+            out.append(("router-topk", "--moe-router-topk %d must be between 1 and --num-experts %d"
+                        % (topk, experts), "choose a top-k no larger than the number of experts"))
+        if topk == 1 and "--moe-router-pre-softmax" not in args \
+                and str(args.get("--moe-router-score-function") or "softmax") == "softmax" \
+                and args.get("--moe-router-load-balancing-type") != "sinkhorn":
+            out.append(("router-topk", "--moe-router-topk 1 with the softmax score needs --moe-router-pre-softmax "
+                        "(the softmax of one score has a zero gradient)", "add --moe-router-pre-softmax"))
+        if "--disable-bias-linear" not in args and etp != 1:
+            out.append(("moe-bias", "expert layers with biases (no --disable-bias-linear) need "
+                        "--expert-tensor-parallel-size 1 (it is %d; it defaults to TP)" % etp,
+                        "add --disable-bias-linear, or set --expert-tensor-parallel-size 1"))
+    return out
+
+
 def _ep_overlap(args: Mapping, ep: int) -> list:
     """``(rule, message, fix)`` for each assert of Megatron-LM on the EP all-to-all overlap and the delayed
     weight gradient that ``args`` breaks (core_v0.16.1 megatron/core/transformer/transformer_config.py,
@@ -343,6 +435,8 @@ def check(args: Mapping, env: Mapping, world_size: int, gpu: Optional[str] = Non
     layers = sizes["--num-layers"]
     per_vstage = sizes["--num-layers-per-virtual-pipeline-stage"]
     out.extend(_pipeline_split(args, layers, pp, per_vstage))
+    for rule, message, fix in _model_rules(args, tp, pp, cp, etp, layers):
+        bad(rule, message, fix)
     position = str(args.get("--position-embedding-type") or "learned_absolute")
     if (_int(args, "--mtp-num-layers", 0) or 0) > 0 and position not in ("rope", "none"):
         bad("mtp", "Multi-Token Prediction (--mtp-num-layers) needs --position-embedding-type rope or none, not %s "

@@ -82,7 +82,8 @@ SUPPLEMENT = {
                                  "--use-precision-aware-optimizer": True,
                                  "--exp-avg-dtype": "bf16", "--exp-avg-sq-dtype": "bf16"}),
     "kimi_k2": dict(_MLA, **{"--moe-layer-freq": "[0]*1+[1]*60", "--moe-shared-expert-intermediate-size": "2048"}),
-    "llama4_scout": {"--moe-shared-expert-intermediate-size": "8192"},
+    # NeMo's Llama4Config: top-1 routing with a sigmoid score (moe_router_score_function "sigmoid")
+    "llama4_scout": {"--moe-shared-expert-intermediate-size": "8192", "--moe-router-score-function": "sigmoid"},
     "nemotron3_22b": {"--vocab-size": "256000"},
 }
 NOT_GATED = ("gpt3_", "mlm_gpt_", "nemotron4_", "nemotron3_")  # GeLU / squared-ReLU MLPs

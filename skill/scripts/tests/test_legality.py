@@ -41,6 +41,22 @@ def test_a_legal_recipe_has_no_violation():
     ({"micro_batch_size": "two"}, 16, "integer"),
     ({"delay_wgrad_compute": True}, 16, "delay-wgrad-compute"),
     ({"overlap_moe_expert_parallel_comm": True}, 16, "moe-a2a-overlap"),  # a dense model: no EP
+    ({"num_layers_per_virtual_pipeline_stage": "4", "pipeline_model_parallel_size": "1"}, 8, "interleaved-pp"),
+    ({"num_virtual_stages_per_pipeline_rank": "2", "no_overlap_p2p_communication": True}, 16, "interleaved-pp"),
+    ({"pipeline_model_parallel_layout": "t*16|Et*16L"}, 16, "pipeline-layout"),  # E must come first
+    ({"pipeline_model_parallel_layout": "Et*16|t* 16L"}, 16, "pipeline-layout"),  # no spaces in the grammar
+    ({"decoder_first_pipeline_num_layers": "0"}, 16, "uneven-pipeline"),
+    ({"num_attention_heads": "6", "tensor_model_parallel_size": "4"}, 16, "heads-per-rank"),
+    ({"num_attention_heads": "8", "num_query_groups": "3", "group_query_attention": True}, 16,
+     "query-groups-per-rank"),
+    ({"context_parallel_size": "4", "seq_length": "4100"}, 64, "seq-length-cp"),
+    ({"seq_length": "8192", "max_position_embeddings": "4096"}, 16, "max-position-embeddings"),
+    ({"recompute_granularity": "full", "recompute_method": "uniform"}, 16, "recompute-num-layers"),
+    ({"recompute_granularity": "full", "recompute_num_layers": "1"}, 16, "recompute-method"),
+    ({"recompute_granularity": "selective", "recompute_modules": "moe_act"}, 16, "recompute-modules"),
+    ({"num_experts": "8", "moe_router_topk": "1", "disable_bias_linear": True}, 16, "router-topk"),
+    ({"num_experts": "8", "expert_tensor_parallel_size": "2"}, 16, "moe-bias"),  # biases by default
+    ({"mtp_num_layers": "1"}, 16, "mtp"),  # learned absolute position embeddings by default
 ])
 def test_each_rule(changes, world, rule):
     assert rule in rules(world=world, **changes)

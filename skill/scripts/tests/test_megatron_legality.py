@@ -1,0 +1,261 @@
+"""Our legality rules and pipeline split against Megatron-LM's own. Generated configurations go through our
+``legality.check`` / ``projection.config.parse`` and through Megatron-LM core_v0.16.1's ``parse_args``,
+``validate_args``, ``core_transformer_config_from_args``, ``get_transformer_layer_offset`` and
+``get_num_layers_to_build`` (``megatron_verdict.py``, in a subprocess with Megatron's source on PYTHONPATH). Both
+must refuse the same configurations and place the same decoder layers, the embedding and the loss on the same
+pipeline ranks.
+
+Differences on purpose, each checked as such: we refuse uneven first/last stages without pipeline parallelism
+(Megatron-LM accepts some and builds a model of another depth), ``--sequence-parallel`` at TP 1 (Megatron-LM
+turns it off: a run of it would be spent on nothing), query groups that do not divide the heads and expert
+parallel sizes that do not divide the world, and a global batch that micro-batches times data-parallel ranks
+do not divide (Megatron-LM's argument checks pass them; its model, process groups or micro-batch calculator
+refuse them at start-up). We accept the EP all-to-all overlap at PP > 1 without virtual stages, which
+core_v0.16.1 refuses and later releases ran (``legality._ep_overlap``).
+
+Megatron-LM's source comes from ATTUNE_MEGATRON_DIR, ATTUNE_MEGATRON_ARCHIVE or the corpus's archive
+(ATTUNE_CORPUS_DIR, default ../shared/data), as for the real-Megatron tests; without one these tests skip and say so.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO
+from attune.core.errors import InputError
+from attune.projection import config
+
+sys.path.insert(0, str(REPO / "harness"))
+import megatron_cpu  # noqa: E402
+
+HELPER = Path(__file__).resolve().parent / "megatron_verdict.py"
+CORPUS = os.environ.get("ATTUNE_CORPUS_DIR") or str(REPO.parent / "shared" / "data")
+BASE = {"--hidden-size": "64", "--num-attention-heads": "4", "--seq-length": "128", "--max-position-embeddings": "128",
+        "--micro-batch-size": "1", "--global-batch-size": "8", "--vocab-size": "1024", "--bf16": True,
+        "--tokenizer-type": "NullTokenizer", "--no-rope-fusion": True}
+
+
+def _megatron() -> Path:
+    saved = os.environ.get("ATTUNE_CORPUS_DIR")
+    os.environ["ATTUNE_CORPUS_DIR"] = CORPUS
+    try:
+        return megatron_cpu.find()
+    except megatron_cpu.Unavailable as exc:
+        pytest.skip("no Megatron-LM source to compare the pipeline split with: %s" % exc)
+    finally:
+        if saved is None:
+            os.environ.pop("ATTUNE_CORPUS_DIR", None)
+        else:
+            os.environ["ATTUNE_CORPUS_DIR"] = saved
+
+
+def _layout(rng: random.Random, layers: int, pp: int, mtp: int) -> str:
+    """A layout string, legal or with one of the faults Megatron checks for."""
+    n = pp * rng.choice([1, 1, 2, 3]) + (rng.random() < 0.1) * rng.choice([-1, 1])
+    n = max(1, n)
+    counts = [0] * n
+    for _ in range(layers):
+        counts[rng.randrange(n)] += 1
+    stages = ["t" * c for c in counts]
+    fault = rng.choice([None] * 6 + ["no-E", "E-late", "L-early", "two-L", "m-early", "space"])
+    stages[0] = ("" if fault == "no-E" else "E") + stages[0]
+    if fault == "E-late" and n > 1:
+        stages[0], stages[1] = stages[0][1:], "E" + stages[1]
+    stages[-1] += "m" * mtp + "L"
+    if fault == "L-early" and n > 1:
+        stages[-1], stages[-2] = stages[-1][:-1], stages[-2] + "L"
+    if fault == "two-L":
+        stages[0] += "L"
+    if fault == "m-early" and mtp:
+        stages[-1] = stages[-1].replace("m", "", 1)
+        stages[0] = stages[0] + "m"
+    text = "|".join(stages)
+    if rng.random() < 0.3:  # Megatron's repeat notation
+        text = text.replace("tttt", "t*4")
+    if fault == "space":
+        text = text.replace("|", "| ", 1)
+    return text
+
+
+def cases(count: int = 320, seed: int = 20261205) -> list:
+    rng = random.Random(seed)
+    out = []
+    for i in range(count):
+        layers = rng.choice([rng.randint(1, 40), rng.choice([24, 32, 36, 48, 61, 62, 80, 94, 95, 126])])
+        pp = rng.choice([1, 2, 2, 3, 4, 4, 6, 8, 16])
+        args = dict(BASE, **{"--num-layers": str(layers), "--pipeline-model-parallel-size": str(pp)})
+        mode = rng.choice(["even", "counted", "uneven", "stages", "layers", "layout"])
+        if mode == "counted":
+            for flag in ("--account-for-embedding-in-pipeline-split", "--account-for-loss-in-pipeline-split"):
+                if rng.random() < 0.7:
+                    args[flag] = True
+        if mode == "uneven":
+            for flag in ("--decoder-first-pipeline-num-layers", "--decoder-last-pipeline-num-layers"):
+                if rng.random() < 0.7:
+                    args[flag] = str(rng.randint(0, max(1, layers // pp + 3)))
+        if mode in ("counted", "uneven", "stages", "layers") and rng.random() < 0.5:
+            if mode == "layers" or (mode == "counted" and rng.random() < 0.5):
+                args["--num-layers-per-virtual-pipeline-stage"] = str(rng.choice([1, 2, 3, 4]))
+            else:
+                args["--num-virtual-stages-per-pipeline-rank"] = str(rng.choice([1, 2, 3, 4]))
+        if rng.random() < 0.9:
+            args["--position-embedding-type"] = "rope"
+        if mode == "layout":
+            mtp = rng.choice([0, 0, 1])
+            if mtp:
+                args["--mtp-num-layers"] = "1"
+            args["--pipeline-model-parallel-layout"] = _layout(rng, layers, pp, mtp)
+        if rng.random() < 0.3:
+            args["--no-overlap-p2p-communication"] = True
+        out.append(args)
+    return out
+
+
+def _argv(args: dict) -> list:
+    argv = []
+    for flag, value in args.items():
+        argv += [flag] if value is True else [flag] + (str(value).split() if flag == "--recompute-modules" else [value])
+    return argv
+
+
+def megatron_verdicts(cases: list) -> list:
+    """Megatron-LM's verdict on each ``(args, world size)``, from one subprocess."""
+    megatron = _megatron()
+    missing = megatron_cpu.missing_packages()
+    assert not missing, "comparing with Megatron-LM needs %s: pip install -e '.[megatron]'" % " ".join(missing)
+    env = dict(os.environ, PYTHONPATH=str(megatron))
+    done = subprocess.run([sys.executable, str(HELPER)], input=json.dumps(
+        [{"argv": _argv(args), "world": world} for args, world in cases]),
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True, env=env, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    assert len(out) == len(cases)
+    return out
+
+
+def ours(args: dict) -> dict:
+    pp = int(args["--pipeline-model-parallel-size"])
+    try:
+        job = config.parse(dict(args), pp, "H100", 8)
+    except InputError as error:
+        return {"ok": False, "error": str(error)}
+    return {"ok": True, "ranks": [list(stage[0]) for stage in job.stages],
+            "embedding": [r for r, stage in enumerate(job.stages) if stage[1]],
+            "loss": [r for r, stage in enumerate(job.stages) if stage[2]]}
+
+
+def test_the_split_is_megatrons_own():
+    all_args = cases()
+    theirs = megatron_verdicts([(a, int(a["--pipeline-model-parallel-size"])) for a in all_args])
+    differ, stricter, other_depth = [], 0, 0
+    for args, mine, megatron_says in zip(all_args, map(ours, all_args), theirs):
+        if args["--pipeline-model-parallel-size"] == "1" and any(
+                flag in args for flag in ("--decoder-first-pipeline-num-layers", "--decoder-last-pipeline-num-layers")):
+            # One difference on purpose: uneven first/last stages without pipeline parallelism. Megatron-LM accepts
+            # some of them and then builds a model of another depth (24 layers, first 20, last 10, PP 1: it builds
+            # 10); we refuse them all.
+            assert not mine["ok"] and "uneven-pipeline" in mine["error"]
+            stricter += 1
+            other_depth += megatron_says["ok"] and sum(map(len, megatron_says["ranks"])) != int(args["--num-layers"])
+            continue
+        if mine["ok"] != megatron_says["ok"] or (mine["ok"] and any(
+                mine[key] != megatron_says[key] for key in ("ranks", "embedding", "loss"))):
+            shown = {k: v for k, v in args.items() if k not in BASE}
+            differ.append("%s\n    ours:     %s\n    Megatron: %s" % (shown, mine, megatron_says))
+    accepted = sum(t["ok"] for t in theirs)
+    assert stricter and other_depth, "the cases should include uneven stages without pipeline parallelism, one of " \
+                                     "which Megatron-LM builds at another depth"
+    assert 0.25 * len(theirs) < accepted < 0.9 * len(theirs), "the cases should mix legal and illegal splits"
+    assert not differ, "%d of %d splits differ from Megatron-LM's:\n%s" % (len(differ), len(all_args),
+                                                                         "\n".join(differ[:12]))
+
+
+MODEL = {"--num-layers": "8", "--hidden-size": "96", "--seq-length": "128", "--max-position-embeddings": "128",
+         "--vocab-size": "1024", "--bf16": True, "--tokenizer-type": "NullTokenizer", "--no-rope-fusion": True,
+         "--position-embedding-type": "rope"}
+ON_PURPOSE = {"sequence-parallel", "query-groups", "expert-world-size", "global-batch"}
+# Megatron-LM core_v0.16.1 refuses the EP all-to-all overlap at PP > 1 without virtual stages; published
+# Megatron-Bridge runs of later releases ran it (legality._ep_overlap), so we accept it
+ACCEPTED_ON_PURPOSE = "If enabling EP A2A overlap, virtual_pipeline_model_parallel_size must be specified"
+
+
+def parallel_cases(count: int = 400, seed: int = 20261206) -> list:
+    """``(args, world size)``: TP/PP/CP/DP sizes (sometimes a world they do not divide), heads and query groups,
+    sequence lengths, sequence parallelism, experts with EP/ETP, top-k, dispatchers and the EP overlap, recompute
+    (selective modules, full with or without its method and layer count), the distributed optimizer and its
+    overlaps."""
+    rng = random.Random(seed)
+    out = []
+    for _ in range(count):
+        args = dict(MODEL)
+        tp, pp, cp, dp = rng.choice([1, 2, 2, 3, 4]), rng.choice([1, 1, 2]), rng.choice([1, 1, 2, 4]), rng.choice([1, 2])
+        world = tp * pp * cp * dp + (rng.random() < 0.1) * rng.choice([1, 2])
+        args.update({"--num-attention-heads": str(rng.choice([4, 6, 8, 12])), "--tensor-model-parallel-size": str(tp),
+                     "--pipeline-model-parallel-size": str(pp), "--context-parallel-size": str(cp),
+                     "--seq-length": rng.choice(["128", "128", "130", "96"]),
+                     "--micro-batch-size": str(rng.choice([1, 2])), "--global-batch-size": str(rng.choice([8, 12, 16]))})
+        if rng.random() < 0.5:
+            args.update({"--group-query-attention": True, "--num-query-groups": str(rng.choice([1, 2, 3, 4]))})
+        if rng.random() < 0.5:
+            args["--sequence-parallel"] = True
+        if rng.random() < 0.5:
+            args.update({"--num-experts": str(rng.choice([4, 6, 8])), "--moe-router-topk": str(rng.choice([1, 2])),
+                         "--expert-model-parallel-size": str(rng.choice([1, 2, 4])),
+                         "--moe-token-dispatcher-type": rng.choice(["allgather", "alltoall", "flex"])})
+            if rng.random() < 0.5:
+                args["--expert-tensor-parallel-size"] = str(rng.choice([1, tp]))
+            for flag, chance in (("--disable-bias-linear", 0.6), ("--moe-router-pre-softmax", 0.3),
+                                 ("--moe-grouped-gemm", 0.5),
+                                 ("--overlap-moe-expert-parallel-comm", 0.3), ("--delay-wgrad-compute", 0.15)):
+                if rng.random() < chance:
+                    args[flag] = True
+        choice = rng.random()
+        if choice < 0.3:
+            args["--recompute-granularity"] = "selective"
+            if rng.random() < 0.5:
+                args["--recompute-modules"] = rng.choice(["core_attn", "mlp", "moe", "layernorm moe_act", "attn"])
+            if rng.random() < 0.1:
+                args["--recompute-num-layers"] = "1"
+        elif choice < 0.5:
+            args["--recompute-granularity"] = "full"
+            if rng.random() < 0.8:
+                args["--recompute-method"] = rng.choice(["uniform", "block"])
+            if rng.random() < 0.6:
+                args["--recompute-num-layers"] = str(rng.choice([1, 2]))
+        for flag, chance in (("--use-distributed-optimizer", 0.6), ("--overlap-grad-reduce", 0.5),
+                             ("--overlap-param-gather", 0.4)):
+            if rng.random() < chance:
+                args[flag] = True
+        out.append((args, world))
+    return out
+
+
+def test_legality_refuses_what_megatron_refuses():
+    from attune.core import legality
+    all_cases = parallel_cases()
+    theirs = megatron_verdicts(all_cases)
+    differ, on_purpose = [], collections.Counter()
+    for (args, world), megatron_says in zip(all_cases, theirs):
+        rules = {v.rule for v in legality.check(args, {}, world) if v.rule != "cuda-device-max-connections"}
+        if rules and rules <= ON_PURPOSE and megatron_says["ok"]:
+            on_purpose.update(rules)
+            continue
+        if not rules and ACCEPTED_ON_PURPOSE in megatron_says.get("error", ""):
+            on_purpose["ep-overlap-without-vp"] += 1
+            continue
+        if bool(rules) == megatron_says["ok"]:
+            shown = {k: v for k, v in args.items() if k not in MODEL}
+            differ.append("%s world %d\n    ours:     %s\n    Megatron: %s"
+                          % (shown, world, sorted(rules) or "legal", megatron_says.get("error", "legal")))
+    assert 0.1 * len(theirs) < sum(t["ok"] for t in theirs) < 0.9 * len(theirs)
+    assert set(on_purpose) == ON_PURPOSE | {"ep-overlap-without-vp"}, on_purpose  # each one is exercised
+    assert not differ, "%d of %d configurations differ from Megatron-LM's verdict:\n%s" % (
+        len(differ), len(all_cases), "\n".join(differ[:12]))
