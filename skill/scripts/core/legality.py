@@ -241,6 +241,28 @@ def require(recipe, gpu: Optional[str] = None, trusted=None, what: str = "the re
         raise CheckFailed("%s is not a legal Megatron-LM configuration: %s" % (what, "; ".join(map(str, violations))))
 
 
+# Flags whose values Megatron-LM core_v0.16.1's parser restricts (megatron/training/arguments.py, argparse choices)
+CHOICES = {
+    "--attention-backend": ("auto", "flash", "fused", "local", "unfused"),
+    "--cross-entropy-fusion-impl": ("native", "te"),
+    "--cuda-graph-impl": ("local", "none", "transformer_engine"),
+    "--exp-avg-dtype": ("bf16", "fp16", "fp32", "fp8"),
+    "--exp-avg-sq-dtype": ("bf16", "fp16", "fp32", "fp8"),
+    "--fp4-format": ("e2m1",),
+    "--fp4-recipe": ("custom", "nvfp4"),
+    "--fp8-format": ("e4m3", "hybrid"),
+    "--fp8-recipe": ("blockwise", "custom", "delayed", "mxfp8", "tensorwise"),
+    "--main-grads-dtype": ("bf16", "fp32"),
+    "--main-params-dtype": ("fp16", "fp32"),
+    "--moe-flex-dispatcher-backend": ("deepep", "hybridep"),
+    "--moe-router-dtype": ("fp32", "fp64"),
+    "--moe-router-load-balancing-type": ("aux_loss", "global_aux_loss", "none", "seq_aux_loss", "sinkhorn"),
+    "--moe-router-score-function": ("sigmoid", "softmax"),
+    "--moe-token-dispatcher-type": ("allgather", "alltoall", "flex"),
+    "--normalization": ("LayerNorm", "RMSNorm"),
+    "--position-embedding-type": ("learned_absolute", "mrope", "none", "relative", "rope"),
+    "--transformer-impl": ("inference_optimized", "local", "transformer_engine"),
+}
 SELECTIVE_MODULES = ("core_attn", "moe_act", "layernorm", "mla_up_proj", "mlp", "moe", "shared_experts")
 
 
@@ -437,6 +459,27 @@ def check(args: Mapping, env: Mapping, world_size: int, gpu: Optional[str] = Non
     out.extend(_pipeline_split(args, layers, pp, per_vstage))
     for rule, message, fix in _model_rules(args, tp, pp, cp, etp, layers):
         bad(rule, message, fix)
+    for flag, allowed in CHOICES.items():
+        value = args.get(flag)
+        if value not in (None, True):
+            wrong = [v for v in str(value).split() if v not in allowed]
+            if wrong:
+                bad("choice", "%s %s is not one of %s" % (flag, " ".join(wrong), ", ".join(allowed)),
+                    "give one of Megatron-LM's values for %s" % flag)
+    if "--fp8-param-gather" in args and not any(
+            flag in args for flag in ("--use-distributed-optimizer", "--use-torch-fsdp2", "--use-megatron-fsdp")):
+        bad("fp8-param-gather", "--fp8-param-gather needs the distributed optimizer (or FSDP)",
+            "add --use-distributed-optimizer, or remove --fp8-param-gather")
+    if "--fp8-param-gather" in args and args.get("--fp8-format") in (None, True):
+        bad("fp8-param-gather", "--fp8-param-gather needs FP8 training (--fp8-format)",
+            "add --fp8-format, or remove --fp8-param-gather")
+    if "--moe-shared-expert-overlap" in args and "--moe-shared-expert-intermediate-size" in args \
+            and str(args.get("--moe-token-dispatcher-type") or "allgather") != "alltoall":
+        bad("moe-shared-expert-overlap", "--moe-shared-expert-overlap works with the alltoall dispatcher only",
+            "set --moe-token-dispatcher-type alltoall, or remove --moe-shared-expert-overlap")
+    if args.get("--attention-backend") == "local" and str(args.get("--spec") or "").split()[:1] != ["local"]:
+        bad("attention-backend", "--attention-backend local needs --spec local (Megatron-LM's local layer spec)",
+            "add --spec local, or choose another attention backend")
     position = str(args.get("--position-embedding-type") or "learned_absolute")
     if (_int(args, "--mtp-num-layers", 0) or 0) > 0 and position not in ("rope", "none"):
         bad("mtp", "Multi-Token Prediction (--mtp-num-layers) needs --position-embedding-type rope or none, not %s "

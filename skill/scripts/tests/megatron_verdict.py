@@ -71,7 +71,7 @@ def main() -> None:
     for case in json.load(sys.stdin):
         try:
             out.append(verdict(case["argv"], case["world"]))
-        except (AssertionError, ValueError, NotImplementedError, SystemExit) as error:
+        except (Exception, SystemExit) as error:  # an assert, a ValueError, or Megatron failing on its own check
             out.append({"ok": False, "error": ("%s: %s" % (type(error).__name__, error))[:300]})
     print(json.dumps(out))
 

@@ -57,6 +57,13 @@ def test_a_legal_recipe_has_no_violation():
     ({"num_experts": "8", "moe_router_topk": "1", "disable_bias_linear": True}, 16, "router-topk"),
     ({"num_experts": "8", "expert_tensor_parallel_size": "2"}, 16, "moe-bias"),  # biases by default
     ({"mtp_num_layers": "1"}, 16, "mtp"),  # learned absolute position embeddings by default
+    ({"fp8_recipe": "current"}, 16, "choice"),
+    ({"main_grads_dtype": "fp16"}, 16, "choice"),
+    ({"fp8_param_gather": True, "fp8_format": "hybrid", "use_distributed_optimizer": None}, 16, "fp8-param-gather"),
+    ({"fp8_param_gather": True}, 16, "fp8-param-gather"),  # no FP8
+    ({"num_experts": "8", "disable_bias_linear": True, "moe_shared_expert_intermediate_size": "512",
+      "moe_shared_expert_overlap": True, "moe_token_dispatcher_type": "flex"}, 16, "moe-shared-expert-overlap"),
+    ({"attention_backend": "local"}, 16, "attention-backend"),
 ])
 def test_each_rule(changes, world, rule):
     assert rule in rules(world=world, **changes)

@@ -259,3 +259,78 @@ def test_legality_refuses_what_megatron_refuses():
     assert set(on_purpose) == ON_PURPOSE | {"ep-overlap-without-vp"}, on_purpose  # each one is exercised
     assert not differ, "%d of %d configurations differ from Megatron-LM's verdict:\n%s" % (
         len(differ), len(all_cases), "\n".join(differ[:12]))
+
+
+LEVERS = {"--num-layers": "8", "--hidden-size": "128", "--num-attention-heads": "8", "--seq-length": "128",
+          "--max-position-embeddings": "128", "--vocab-size": "1024", "--tokenizer-type": "NullTokenizer",
+          "--no-rope-fusion": True, "--position-embedding-type": "rope", "--disable-bias-linear": True,
+          "--micro-batch-size": "1", "--global-batch-size": "16"}
+
+
+def lever_cases(count: int = 300, seed: int = 20261207) -> list:
+    """``(args, world size)`` with the flags the planner's levers set: precision (bf16/fp16, FP8 formats and
+    recipes, FP8 parameter gather), optimizer state and gradient dtypes, the distributed optimizer and its
+    overlaps, TP communication overlap, fused cross-entropy, attention backends, MoE dispatchers and their
+    backends, grouped GEMMs, shared-expert overlap, router fusion, per-token loss, manual GC, CPU offloading.
+    ``--moe-permute-fusion`` is left out: Megatron-LM imports Transformer Engine's fused permutation for it, and
+    TE is not installed here."""
+    rng = random.Random(seed)
+    out = []
+    for _ in range(count):
+        args, tp = dict(LEVERS), rng.choice([1, 2])
+        args["--tensor-model-parallel-size"] = str(tp)
+        if tp > 1 and rng.random() < 0.7:
+            args["--sequence-parallel"] = True
+        precision = rng.choice(["bf16", "bf16", "fp16", "none"])
+        if precision != "none":
+            args["--" + precision] = True
+        if rng.random() < 0.5:
+            args["--fp8-format"] = rng.choice(["e4m3", "hybrid"])
+            if rng.random() < 0.8:
+                args["--fp8-recipe"] = rng.choice(["delayed", "tensorwise", "mxfp8", "blockwise"])
+        for flag, chance in (("--fp8-param-gather", 0.15), ("--tp-comm-overlap", 0.3),
+                             ("--use-distributed-optimizer", 0.6), ("--overlap-grad-reduce", 0.5),
+                             ("--overlap-param-gather", 0.3), ("--use-precision-aware-optimizer", 0.3),
+                             ("--grad-reduce-in-bf16", 0.3), ("--calculate-per-token-loss", 0.15),
+                             ("--manual-gc", 0.15), ("--cpu-offloading", 0.1)):
+            if rng.random() < chance:
+                args[flag] = True
+        for flag in ("--exp-avg-dtype", "--exp-avg-sq-dtype", "--main-grads-dtype", "--main-params-dtype"):
+            if rng.random() < 0.15:
+                args[flag] = rng.choice(["fp32", "bf16", "fp16"])
+        if rng.random() < 0.4:
+            args["--cross-entropy-loss-fusion"] = True
+            if rng.random() < 0.6:
+                args["--cross-entropy-fusion-impl"] = rng.choice(["native", "te"])
+        if rng.random() < 0.3:
+            args["--attention-backend"] = rng.choice(["flash", "fused", "unfused", "local", "auto"])
+        if rng.random() < 0.4:
+            args.update({"--num-experts": "4", "--moe-router-topk": "2",
+                         "--expert-model-parallel-size": str(rng.choice([1, 2])),
+                         "--moe-token-dispatcher-type": rng.choice(["allgather", "alltoall", "flex"])})
+            for flag, chance in (("--moe-grouped-gemm", 0.5), ("--moe-shared-expert-overlap", 0.2),
+                                 ("--moe-router-fusion", 0.2)):
+                if rng.random() < chance:
+                    args[flag] = True
+            if rng.random() < 0.3:
+                args["--moe-shared-expert-intermediate-size"] = "256"
+            if rng.random() < 0.2:
+                args["--moe-flex-dispatcher-backend"] = rng.choice(["deepep", "hybridep"])
+        out.append((args, tp * 2))
+    return out
+
+
+def test_the_levers_flags_are_refused_where_megatron_refuses_them():
+    from attune.core import legality
+    all_cases = lever_cases()
+    theirs = megatron_verdicts(all_cases)
+    differ = []
+    for (args, world), megatron_says in zip(all_cases, theirs):
+        rules = sorted({v.rule for v in legality.check(args, {"CUDA_DEVICE_MAX_CONNECTIONS": "1"}, world, "h100")})
+        if bool(rules) == megatron_says["ok"]:
+            shown = {k: v for k, v in args.items() if k not in LEVERS}
+            differ.append("%s\n    ours:     %s\n    Megatron: %s" % (shown, rules or "legal",
+                                                                  megatron_says.get("error", "legal")))
+    assert 0.2 * len(theirs) < sum(t["ok"] for t in theirs) < 0.8 * len(theirs)
+    assert not differ, "%d of %d configurations differ from Megatron-LM's verdict:\n%s" % (
+        len(differ), len(all_cases), "\n".join(differ[:12]))
