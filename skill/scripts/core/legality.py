@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import functools
 import re
 from typing import Mapping, Optional
 
@@ -55,6 +56,14 @@ KNOWN_FLAGS = (
     "--pipeline-model-parallel-layout", "--decoder-first-pipeline-num-layers", "--decoder-last-pipeline-num-layers",
     "--account-for-embedding-in-pipeline-split", "--account-for-loss-in-pipeline-split",
     "--exit-interval", "--train-iters",
+    # read by the model and recompute rules (_model_rules and check)
+    "--num-attention-heads", "--num-query-groups", "--group-query-attention", "--multi-latent-attention",
+    "--max-position-embeddings", "--position-embedding-type", "--mtp-num-layers", "--num-experts",
+    "--moe-router-topk", "--moe-router-pre-softmax", "--moe-router-score-function", "--moe-router-load-balancing-type",
+    "--moe-shared-expert-overlap", "--moe-shared-expert-intermediate-size", "--disable-bias-linear", "--spec",
+    "--no-overlap-p2p-communication", "--use-torch-fsdp2", "--use-megatron-fsdp", "--main-grads-dtype",
+    "--main-params-dtype", "--exp-avg-dtype", "--exp-avg-sq-dtype", "--fp4-format", "--fp4-recipe",
+    "--normalization", "--transformer-impl",
     # slime
     "--actor-num-nodes", "--actor-num-gpus-per-node", "--rollout-num-gpus", "--rollout-num-gpus-per-engine",
     "--num-gpus-per-node", "--colocate", "--offload", "--offload-train", "--no-offload-train", "--offload-rollout",
@@ -386,6 +395,13 @@ def _ep_overlap(args: Mapping, ep: int) -> list:
     return out
 
 
+@functools.lru_cache(maxsize=4096)
+def _close_match(flag: str, known: tuple, cutoff: float) -> list:
+    """The known flag ``flag`` most resembles (difflib), if any: memoised, since a layout sweep checks the same
+    recipe's flags tens of thousands of times."""
+    return difflib.get_close_matches(flag, known, n=1, cutoff=cutoff)
+
+
 def check(args: Mapping, env: Mapping, world_size: int, gpu: Optional[str] = None, trusted=(), known=None) -> list:
     """Every rule the configuration breaks (an empty list when it is legal). ``trusted`` are flags
     known to work (the baseline's own), never taken for misspellings. ``known`` is every flag the program
@@ -401,7 +417,7 @@ def check(args: Mapping, env: Mapping, world_size: int, gpu: Optional[str] = Non
     for flag in args:
         if flag in known or flag in NOT_MEGATRON_FLAGS or (exhaustive and flag.startswith(SGLANG_PREFIX)):
             continue
-        close = difflib.get_close_matches(flag, sorted(known), n=1, cutoff=0.88 if not exhaustive else 0.75)
+        close = _close_match(flag, tuple(sorted(known)), 0.88 if not exhaustive else 0.75)
         if close:
             bad("misspelled-flag", "%s looks like a misspelling of %s (slime ignores flags it does not know, "
                 "silently; Megatron-LM refuses them)" % (flag, close[0]), "write %s" % close[0])
