@@ -35,26 +35,12 @@ from attune.projection import config
 
 sys.path.insert(0, str(REPO / "harness"))
 import megatron_cpu  # noqa: E402
+from test_megatron_real import _megatron  # noqa: E402  the same source, found the same way
 
 HELPER = Path(__file__).resolve().parent / "megatron_verdict.py"
-CORPUS = os.environ.get("ATTUNE_CORPUS_DIR") or str(REPO.parent / "shared" / "data")
 BASE = {"--hidden-size": "64", "--num-attention-heads": "4", "--seq-length": "128", "--max-position-embeddings": "128",
         "--micro-batch-size": "1", "--global-batch-size": "8", "--vocab-size": "1024", "--bf16": True,
         "--tokenizer-type": "NullTokenizer", "--no-rope-fusion": True}
-
-
-def _megatron() -> Path:
-    saved = os.environ.get("ATTUNE_CORPUS_DIR")
-    os.environ["ATTUNE_CORPUS_DIR"] = CORPUS
-    try:
-        return megatron_cpu.find()
-    except megatron_cpu.Unavailable as exc:
-        pytest.skip("no Megatron-LM source to compare the pipeline split with: %s" % exc)
-    finally:
-        if saved is None:
-            os.environ.pop("ATTUNE_CORPUS_DIR", None)
-        else:
-            os.environ["ATTUNE_CORPUS_DIR"] = saved
 
 
 def _layout(rng: random.Random, layers: int, pp: int, mtp: int) -> str:
