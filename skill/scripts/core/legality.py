@@ -63,7 +63,7 @@ KNOWN_FLAGS = (
     "--moe-shared-expert-overlap", "--moe-shared-expert-intermediate-size", "--disable-bias-linear", "--spec",
     "--no-overlap-p2p-communication", "--use-torch-fsdp2", "--use-megatron-fsdp", "--main-grads-dtype",
     "--main-params-dtype", "--exp-avg-dtype", "--exp-avg-sq-dtype", "--fp4-format", "--fp4-recipe",
-    "--normalization", "--transformer-impl",
+    "--normalization", "--transformer-impl", "--moe-expert-capacity-factor", "--moe-pad-expert-input-to-capacity",
     # slime
     "--actor-num-nodes", "--actor-num-gpus-per-node", "--rollout-num-gpus", "--rollout-num-gpus-per-engine",
     "--num-gpus-per-node", "--colocate", "--offload", "--offload-train", "--no-offload-train", "--offload-rollout",
@@ -80,6 +80,13 @@ class Violation:
 
     def __str__(self) -> str:
         return "%s: %s. Fix: %s" % (self.rule, self.message, self.fix)
+
+
+def _float(text) -> float:
+    try:
+        return float(str(text).strip())
+    except ValueError:
+        return 0.0  # reported by the projection's parser; a factor of 0 keeps the capacity rules quiet
 
 
 def _int(args: Mapping, flag: str, default: Optional[int]) -> Optional[int]:
@@ -357,6 +364,22 @@ def _model_rules(args: Mapping, tp: int, pp: int, cp: int, etp: int, layers: Opt
                 and args.get("--moe-router-load-balancing-type") != "sinkhorn":
             out.append(("router-topk", "--moe-router-topk 1 with the softmax score needs --moe-router-pre-softmax "
                         "(the softmax of one score has a zero gradient)", "add --moe-router-pre-softmax"))
+        capacity = args.get("--moe-expert-capacity-factor")
+        dropless = capacity in (None, True) or _float(capacity) < 0  # a negative factor is none
+        if "--moe-pad-expert-input-to-capacity" in args and dropless:
+            out.append(("moe-capacity", "--moe-pad-expert-input-to-capacity needs --moe-expert-capacity-factor "
+                        "(a factor >= 0)", "add --moe-expert-capacity-factor, or remove the padding"))
+        balancing = str(args.get("--moe-router-load-balancing-type") or "aux_loss").split()
+        if capacity not in (None, True) and any(kind not in ("aux_loss", "seq_aux_loss", "global_aux_loss", "none")
+                                for kind in balancing):
+            out.append(("moe-capacity", "--moe-expert-capacity-factor (even a negative one) works with the aux_loss, "
+                        "seq_aux_loss, global_aux_loss or none load balancing only (it is %s)" % " ".join(balancing),
+                        "choose another --moe-router-load-balancing-type, or remove the capacity factor"))
+        if "--moe-pad-expert-input-to-capacity" in args and \
+                str(args.get("--moe-token-dispatcher-type") or "allgather") == "flex" and \
+                str(args.get("--moe-flex-dispatcher-backend") or "deepep") == "deepep":
+            out.append(("moe-capacity", "the flex dispatcher's DeepEP backend does not pad experts to capacity",
+                        "remove --moe-pad-expert-input-to-capacity, or use another dispatcher or backend"))
         if "--disable-bias-linear" not in args and etp != 1:
             out.append(("moe-bias", "expert layers with biases (no --disable-bias-linear) need "
                         "--expert-tensor-parallel-size 1 (it is %d; it defaults to TP)" % etp,

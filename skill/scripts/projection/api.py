@@ -33,7 +33,7 @@ PARAMS = Path(__file__).resolve().parent / "params.json"
 # the causal mask's diagonal tile and the backward add to it.
 PRIOR = {"gemm_bf16": 1 / 0.7, "gemm_lp": 1 / 0.55, "expert": 1.0, "gemm_bytes": 1.0, "attn": 1 / 0.5, "elem": 1.0,
          "launch": 2e-4, "moe": 3e-4, "comm": 1 / 0.7, "a2a": 1 / 0.7,
-         "a2a_nccl": 1 / 0.7, "moe_elem": 1.0, "attn_s0": 500.0}
+         "a2a_nccl": 1 / 0.7, "moe_elem": 1.0, "attn_s0": 500.0, "step0": 0.03}
 
 __all__ = ["ConfigError", "project", "theta_for"]
 
@@ -77,7 +77,8 @@ def theta_for(gpu: hw.GPU, params: Optional[dict]) -> tuple:
             "all_to_all_efficiency": 1 / theta["a2a"],
             "nccl_all_to_all_nvlink_efficiency": 1 / theta["a2a_nccl"],
             "attention_overhead_tokens": theta["attn_s0"],
-            "host_s_per_layer": theta["launch"], "moe_s_per_layer": theta["moe"]}
+            "host_s_per_layer": theta["launch"], "moe_s_per_layer": theta["moe"],
+            "iteration_overhead_s": theta["step0"]}
     if params is not None:
         info["fit_date"] = params.get("fit_date")
         info["loo_median_abs_error_pct"] = params.get("loo", {}).get("median_abs_pct")
@@ -130,7 +131,7 @@ def project(args: Mapping, gpus: int, hardware: str, gpus_per_node: Optional[int
         "time": {"step_s": step, "compute_s": scalar(out["compute"]), "comm_s": comm,
                  "exposed_comm_s": scalar(out["exposed_mb"]) + scalar(out["exposed_dp"]),
                  "exposed_s": {kind: scalar(value) for kind, value in out["exposed"].items()},
-                 "bubble_s": scalar(out["bubble"]),
+                 "bubble_s": scalar(out["bubble"]), "iteration_s": scalar(out["iteration"]),
                  "parts_s": {key: scalar(value) for key, value in out["parts"].items()}},
         "tokens_per_s_per_gpu": tokens_per_s,
         "model_tflops_per_gpu": tflops,
@@ -150,8 +151,9 @@ def text(out: dict, path) -> str:
              "memory: %.1f GiB of %.1f GiB usable (%.0f GiB HBM): %s" % (
                  mem["total_gib"], mem["usable_gib"], mem["hbm_gib"], "fits" if mem["fits"] else "DOES NOT FIT"),
              "memory_breakdown_gib: %s" % ", ".join("%s %.2f" % item for item in mem["breakdown_gib"].items()),
-             "step_s: %.4f (compute %.4f, exposed communication %.4f, bubble %.4f)" % (
-                 time_["step_s"], time_["compute_s"], time_["exposed_comm_s"], time_["bubble_s"]),
+             "step_s: %.4f (compute %.4f, exposed communication %.4f, bubble %.4f, per-iteration %.4f)" % (
+                 time_["step_s"], time_["compute_s"], time_["exposed_comm_s"], time_["bubble_s"],
+                 time_["iteration_s"]),
              "tokens_per_s_per_gpu: %.1f" % out["tokens_per_s_per_gpu"],
              "model_tflops_per_gpu: %.1f" % out["model_tflops_per_gpu"], "mfu: %.3f" % out["mfu"],
              "calibrated: %s" % out["params"].get("calibrated")]

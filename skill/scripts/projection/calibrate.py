@@ -45,8 +45,11 @@ from . import api, config, dataset, hardware as hw, memory, timing
 
 PER_FAMILY = ("gemm_bf16", "gemm_lp", "attn", "comm")
 SIGMA_R, SIGMA_U, SIGMA_V = 0.15, 1.0, 0.35
+# A family's FP8/FP4 GEMM offset is its BF16 GEMM offset plus this much more (one GPU's low-precision and BF16
+# GEMMs run on the same SMs, clocks and power limit): a GPU whose rows are all in one precision still has the other
+SIGMA_LP = 0.15
 SCHEMA = 1
-RAW = ("launch", "moe", "attn_s0")  # seconds or tokens, reported as they are; the rest as efficiencies (1/theta)
+RAW = ("launch", "moe", "attn_s0", "step0")  # seconds or tokens, reported as they are; the rest as efficiencies (1/theta)
 
 
 class Problem:
@@ -69,6 +72,9 @@ class Problem:
         self.step = tokens_per_step / (self.measured * np.array([row.gpus for row in rows]))
         self.u0 = np.log(np.array([api.PRIOR[name] for name in timing.THETA]))
         self.n_u, self.n_v = len(timing.THETA), len(PER_FAMILY) * len(self.families)
+        scale = np.full((len(PER_FAMILY), len(self.families)), SIGMA_V)
+        scale[PER_FAMILY.index("gemm_lp")] = SIGMA_LP
+        self.v_scale = scale.ravel()
 
     def subset(self, mask: np.ndarray) -> "Problem":
         sub = object.__new__(Problem)
@@ -87,6 +93,8 @@ class Problem:
             log = np.full(len(fam), u[j])
             if name in PER_FAMILY:
                 log = log + v[PER_FAMILY.index(name)][fam]
+            if name == "gemm_lp":
+                log = log + v[PER_FAMILY.index("gemm_bf16")][fam]
             out[name] = np.exp(log)
         return out
 
@@ -97,7 +105,7 @@ class Problem:
         predicted = timing.step_time(self.F, self.theta(p))["step"]
         z = np.log(predicted / self.step) / SIGMA_R
         data = np.sign(z) * np.sqrt(np.log1p(z * z))
-        return np.concatenate([data, (p[:self.n_u] - self.u0) / SIGMA_U, p[self.n_u:] / SIGMA_V])
+        return np.concatenate([data, (p[:self.n_u] - self.u0) / SIGMA_U, p[self.n_u:] / self.v_scale])
 
 
 def fit(problem: Problem, start: Optional[np.ndarray] = None, iterations: int = 60) -> np.ndarray:
@@ -220,7 +228,8 @@ def run(csv_path: Path = dataset.CSV, loo: bool = True, superseded: bool = False
                  "settings_sha256": hashlib.sha256(dataset.SETTINGS.read_bytes()).hexdigest()},
         "rows_used": len(rows), "row_ids": [row.row_id for row in rows],
         "rows_excluded": dict(sorted(collections.Counter(reason for reason, *_ in excluded.values()).items())),
-        "prior": dict(api.PRIOR), "sigma": {"residual": SIGMA_R, "global": SIGMA_U, "family": SIGMA_V},
+        "prior": dict(api.PRIOR), "sigma": {"residual": SIGMA_R, "global": SIGMA_U, "family": SIGMA_V,
+                                                       "family_lowp_over_bf16": SIGMA_LP},
         "global": u, "families": families,
         "efficiency": {family: {name: (theta[name] if name in RAW else 1 / theta[name])
                                 for name in timing.THETA} for family, theta in families.items()},

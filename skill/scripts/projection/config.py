@@ -56,7 +56,8 @@ READS = frozenset((
     "--fp8-param-gather", "--global-batch-size", "--grad-reduce-in-bf16", "--group-query-attention",
     "--hidden-dropout", "--hidden-size", "--kv-channels", "--kv-lora-rank", "--main-params-dtype",
     "--make-vocab-size-divisible-by", "--max-position-embeddings", "--micro-batch-size", "--moe-ffn-hidden-size",
-    "--moe-flex-dispatcher-backend", "--moe-layer-freq", "--moe-router-topk",
+    "--moe-expert-capacity-factor", "--moe-flex-dispatcher-backend", "--moe-layer-freq",
+    "--moe-pad-expert-input-to-capacity", "--moe-router-topk",
     "--moe-shared-expert-intermediate-size", "--moe-token-dispatcher-type", "--mtp-num-layers",
     "--multi-latent-attention", "--normalization", "--num-attention-heads", "--num-experts", "--num-layers",
     "--num-layers-per-virtual-pipeline-stage", "--num-query-groups", "--num-virtual-stages-per-pipeline-rank",
@@ -135,6 +136,10 @@ class Job:
     ep_overlap: bool
     p2p_overlap: bool
     dispatcher: str  # allgather | alltoall | flex (DeepEP/HybridEP)
+    # --moe-expert-capacity-factor (0.0: none, dropless) and --moe-pad-expert-input-to-capacity: each expert takes at
+    # most capacity x its balanced share of tokens; padded, it takes exactly that many (static shapes)
+    capacity: float
+    pad_to_capacity: bool
     precision: str  # bf16 | fp8 | fp4
     grad_bytes: int
     param_bytes: int
@@ -450,6 +455,8 @@ def parse(args: Mapping, gpus: int, gpu_name: str, gpus_per_node: int) -> Job:
     dispatcher = str(args.get("--moe-token-dispatcher-type") or "allgather")
     if dispatcher not in ("allgather", "alltoall", "flex"):
         raise ConfigError("moe-token-dispatcher-type: %r is not allgather, alltoall or flex" % dispatcher)
+    capacity = _float(args, "--moe-expert-capacity-factor", 0.0) if experts else 0.0
+    capacity = max(capacity, 0.0)  # a negative factor is no capacity (Megatron-LM's TransformerConfig)
     if args.get("--vocab-size") not in (None, True):
         vocab = _int(args, "--vocab-size", DEFAULT_VOCAB)
     else:
@@ -480,7 +487,8 @@ def parse(args: Mapping, gpus: int, gpu_name: str, gpus_per_node: int) -> Job:
         dist_opt="--use-distributed-optimizer" in args, overlap_grad="--overlap-grad-reduce" in args,
         overlap_param="--overlap-param-gather" in args, tp_overlap="--tp-comm-overlap" in args and sp,
         ep_overlap=ep_overlap, p2p_overlap=p2p_overlap, precision=precision,
-        dispatcher=dispatcher,
+        dispatcher=dispatcher, capacity=capacity,
+        pad_to_capacity=bool(capacity) and "--moe-pad-expert-input-to-capacity" in args,
         grad_bytes=2 if "--grad-reduce-in-bf16" in args else 4,
         param_bytes=1 if ("--fp8-param-gather" in args and precision == "fp8") else 2,
         optimizer_bytes=_optimizer_bytes(args),

@@ -71,9 +71,18 @@ def mlp_gemms(job: Job, T: float, ffn: int, split: int, count: float = 1) -> lis
     return [(T, job.hidden, fc1 / split, count), (T, ffn / split, job.hidden, count)]
 
 
+def routed(job: Job) -> float:
+    """Token-expert pairs per token that reach the experts: ``topk``, times the capacity factor when the
+    experts' inputs are padded to capacity (each expert computes exactly capacity rows), or times a capacity
+    factor below 1 that drops the balanced load's excess (Megatron-LM's ``get_capacity``)."""
+    if not job.capacity:
+        return float(job.topk)
+    return job.topk * (job.capacity if job.pad_to_capacity else min(job.capacity, 1.0))
+
+
 def expert_gemms(job: Job, T: float) -> list:
     local = job.experts / job.ep
-    rows = T * job.topk / job.tp * job.etp / local
+    rows = T * routed(job) / job.tp * job.etp / local
     return mlp_gemms(job, rows, job.moe_ffn, job.etp, local)
 
 
@@ -144,7 +153,7 @@ def layer_work(job: Job, moe: bool, window_layer: bool, full_recompute: bool) ->
 
     act_passes = 8 if job.gated else 5
     if moe:
-        A = T * job.topk / t
+        A = T * routed(job) / t
         expert = expert_gemms(job, T)
         gemms(expert, full_recompute or "moe" in mods, "flops_expert")  # grouped GEMMs, run precision
         router = [(n, h, job.experts, 1)]
@@ -213,7 +222,7 @@ def layer_activations(job: Job, moe: bool, full_recompute: bool) -> float:
     # MLP block: norm input, fc1 input, fc1 output, activation output, dropout mask.
     total += ACT * n * h + ln_out + mask * n * h
     if moe:
-        A = T * job.topk / t
+        A = T * routed(job) / t
         total += 4.0 * n * job.experts * 2  # router logits and probabilities (fp32)
         if "moe" not in mods:
             fc1 = 2 * job.moe_ffn if job.gated else job.moe_ffn

@@ -24,7 +24,9 @@ efficiencies enter. Per pipeline rank and micro-batch (forward + backward + reco
           which fuse the permutation into the transfer) and th_a2a_nccl for alltoall/allgather (NCCL's
           collective with the permutation, the host sync for the split sizes and the unpermutation around
           it: measured, the dispatch of these runs inside a node costs an order of magnitude more than its
-          bytes at NVLink speed); exposed: all, or with --overlap-moe-expert-parallel-comm
+          bytes at NVLink speed). The alltoall dispatcher with --moe-pad-expert-input-to-capacity has static
+          split sizes and no host sync (Megatron-LM core_v0.16.1 MoEAlltoAllTokenDispatcher: drop_and_pad
+          skips _maybe_dtoh_and_synchronize), so it gets th_a2a; exposed: all, or with --overlap-moe-expert-parallel-comm
           max(0, ep - compute) + 0.1 ep (hidden under another micro-batch's compute)
     pp  = send/recv bytes / link * th_comm, exposed
     t_mb = compute + exposed tp + exposed cp + exposed ep + pp
@@ -37,6 +39,8 @@ The slowest rank sets the pace: ``crit = max over ranks of t_mb``, and with ``m`
              the last micro-batch's backward), else rs (all-reduce without the distributed optimizer)
            + exposed DP all-gather: max(0, ag - 1/3 crit) with --overlap-param-gather, else ag
            + optimizer: bytes of the local optimizer shard / HBM * th_elem
+           + th_step0: the iteration's fixed cost outside the micro-batches (the optimizer's kernel launches,
+             the grad-norm and found-inf all-reduces, the batch broadcast, the loss reduction for the log)
 
 A link is NVLink/xGMI when the communicator's ranks span at most ``gpus_per_node`` GPUs (Megatron's
 rank order: TP fastest, then CP, DP, PP; experts ETP, EP, expert-DP, PP), else the NIC. Collectives
@@ -57,7 +61,7 @@ from .hardware import GPU
 KAPPA = 0.1  # share of an overlapped TP / EP transfer that stays exposed (first pipelined chunk)
 OPT_BYTES = 34.0  # per parameter of the local optimizer shard: fp32 master, Adam m and v, grad read
 THETA = ("gemm_bf16", "gemm_lp", "expert", "gemm_bytes", "attn", "elem", "launch", "moe", "comm", "a2a", "a2a_nccl",
-         "moe_elem", "attn_s0")
+         "moe_elem", "attn_s0", "step0")
 RANK_KEYS = ("flops_lp", "flops_hp", "flops_expert", "gemm_bytes", "attn_flops", "attn_short", "elem_bytes",
              "moe_elem_bytes", "layers", "moe_layers", "tp_s", "cp_s", "ep_nvl_s", "ep_nic_s", "pp_s", "dp_rs_s",
              "dp_ag_s", "opt_bytes")
@@ -95,7 +99,7 @@ def a2a_seconds(job: Job, gpu: GPU, gpus_per_node: int, count: float, tokens: fl
     token = job.hidden * model.ACT
     inside = max(1, min(job.ep, gpus_per_node // job.etp))
     nodes = -(-job.ep // inside)
-    copies = tokens * job.topk
+    copies = tokens * model.routed(job)
     if job.dispatcher == "allgather":
         nvlink, nic = tokens * token * (inside - 1), tokens * token * (job.ep - inside)
     else:
@@ -182,7 +186,7 @@ def features(job: Job, gpu: GPU, gpus_per_node: int) -> dict:
                "hbm": gpu.hbm_tbs * 1e12, "m": float(job.microbatches), "pp": float(job.pp), "vp": float(job.vp),
                "tp_overlap": float(job.tp_overlap), "ep_overlap": float(job.ep_overlap),
                "overlap_grad": float(job.overlap_grad), "overlap_param": float(job.overlap_param),
-               "nccl_a2a": float(job.dispatcher != "flex")}
+               "nccl_a2a": float(job.dispatcher == "allgather" or (job.dispatcher == "alltoall" and not job.pad_to_capacity))}
     return {"ranks": ranks, "row": scalars}
 
 
@@ -228,9 +232,9 @@ def step_time(F: dict, theta: dict) -> dict:
     rs_exposed = np.where(F["overlap_grad"] > 0, np.maximum(0.0, rs - 2.0 / 3.0 * crit), rs)
     ag_exposed = np.where(F["overlap_param"] > 0, np.maximum(0.0, ag - 1.0 / 3.0 * crit), ag)
     optimizer = np.max(F["opt_bytes"], axis=1) / F["hbm"] * col["elem"][:, 0]
-    step = m * crit + bubble + rs_exposed + ag_exposed + optimizer
+    step = m * crit + bubble + rs_exposed + ag_exposed + optimizer + col["step0"][:, 0]
     pick = lambda a: a[rows, crit_rank]  # noqa: E731  the critical rank's value
-    return {"step": step, "bubble": bubble, "compute": m * pick(compute) + optimizer,
+    return {"step": step, "bubble": bubble, "compute": m * pick(compute) + optimizer, "iteration": col["step0"][:, 0],
             "exposed_mb": m * (pick(tp_exposed) + pick(cp_exposed) + pick(ep_exposed) + pick(pp)),
             "exposed_dp": rs_exposed + ag_exposed, "crit_rank": crit_rank,
             "comm": {"tp": m * pick(tp), "cp": m * pick(cp), "ep": m * pick(ep), "pp": m * pick(pp),

@@ -175,10 +175,11 @@ ACCEPTED_ON_PURPOSE = "If enabling EP A2A overlap, virtual_pipeline_model_parall
 
 def parallel_cases(count: int = 400, seed: int = 20261206) -> list:
     """``(args, world size)``: TP/PP/CP/DP sizes (sometimes a world they do not divide), heads and query groups,
-    sequence lengths, sequence parallelism, experts with EP/ETP, top-k, dispatchers and the EP overlap, recompute
+    sequence lengths, sequence parallelism, experts with EP/ETP, top-k, dispatchers, capacity and padding and the
+    EP overlap, recompute
     (selective modules, full with or without its method and layer count), the distributed optimizer and its
     overlaps."""
-    rng = random.Random(seed)
+    rng, extra = random.Random(seed), random.Random(seed + 1000)
     out = []
     for _ in range(count):
         args = dict(MODEL)
@@ -203,6 +204,15 @@ def parallel_cases(count: int = 400, seed: int = 20261206) -> list:
                                  ("--overlap-moe-expert-parallel-comm", 0.3), ("--delay-wgrad-compute", 0.15)):
                 if rng.random() < chance:
                     args[flag] = True
+            if extra.random() < 0.4:  # capacity, padding and the balancing they need (their own draws)
+                if extra.random() < 0.7:
+                    args["--moe-expert-capacity-factor"] = extra.choice(["1.0", "1.25", "-1"])
+                if extra.random() < 0.6:
+                    args["--moe-pad-expert-input-to-capacity"] = True
+                if extra.random() < 0.5:
+                    args["--moe-flex-dispatcher-backend"] = extra.choice(["deepep", "hybridep"])
+                if extra.random() < 0.4:
+                    args["--moe-router-load-balancing-type"] = extra.choice(["aux_loss", "sinkhorn", "none"])
         choice = rng.random()
         if choice < 0.3:
             args["--recompute-granularity"] = "selective"
@@ -320,3 +330,43 @@ def test_the_levers_flags_are_refused_where_megatron_refuses_them():
     assert 0.2 * len(theirs) < sum(t["ok"] for t in theirs) < 0.8 * len(theirs)
     assert not differ, "%d of %d configurations differ from Megatron-LM's verdict:\n%s" % (
         len(differ), len(all_cases), "\n".join(differ[:12]))
+
+
+def capacity_cases() -> list:
+    """One legal MoE configuration with each combination of capacity factor, padding, dispatcher, flex backend and
+    load balancing (the other draws above rarely leave the capacity rules the only ones a configuration breaks)."""
+    base = dict(MODEL, **{"--num-attention-heads": "4", "--tensor-model-parallel-size": "1",
+                          "--pipeline-model-parallel-size": "1", "--micro-batch-size": "1", "--global-batch-size": "8",
+                          "--num-experts": "4", "--moe-router-topk": "2", "--expert-model-parallel-size": "2",
+                          "--disable-bias-linear": True, "--moe-grouped-gemm": True})
+    out = []
+    for capacity in (None, "1.0", "-1"):
+        for pad in (False, True):
+            for dispatcher, backend in (("alltoall", None), ("allgather", None), ("flex", None), ("flex", "hybridep")):
+                for balancing in (None, "sinkhorn"):
+                    args = dict(base, **{"--moe-token-dispatcher-type": dispatcher})
+                    for flag, value in (("--moe-expert-capacity-factor", capacity),
+                                        ("--moe-flex-dispatcher-backend", backend),
+                                        ("--moe-router-load-balancing-type", balancing)):
+                        if value is not None:
+                            args[flag] = value
+                    if pad:
+                        args["--moe-pad-expert-input-to-capacity"] = True
+                    out.append((args, 2))
+    return out
+
+
+def test_capacity_rules_are_megatrons():
+    from attune.core import legality
+    all_cases = capacity_cases()
+    theirs = megatron_verdicts(all_cases)
+    differ = []
+    for (args, world), megatron_says in zip(all_cases, theirs):
+        rules = {v.rule for v in legality.check(args, {}, world) if v.rule != "cuda-device-max-connections"}
+        if bool(rules) == megatron_says["ok"]:
+            shown = {k: v for k, v in args.items() if k.startswith("--moe-")}
+            differ.append("%s\n    ours:     %s\n    Megatron: %s"
+                          % (shown, sorted(rules) or "legal", megatron_says.get("error", "legal")))
+    assert 5 < sum(t["ok"] for t in theirs) < len(theirs) - 5
+    assert not differ, "%d of %d differ from Megatron-LM's verdict:\n%s" % (len(differ), len(all_cases),
+                                                                           "\n".join(differ[:12]))

@@ -290,9 +290,10 @@ def test_project_contract_and_identities():
     assert set(out["layout"]) == {"tp", "pp", "vp", "cp", "ep", "etp", "dp", "sp", "microbatches"}
     assert set(out["memory"]) == {"total_gib", "hbm_gib", "usable_gib", "fits", "margin_gib", "breakdown_gib"}
     assert set(out["memory"]["breakdown_gib"]) == {"weights", "grads", "optimizer", "activations", "overhead"}
-    assert {"step_s", "compute_s", "comm_s", "exposed_comm_s", "bubble_s"} <= set(out["time"])
+    assert {"step_s", "compute_s", "comm_s", "exposed_comm_s", "bubble_s", "iteration_s"} <= set(out["time"])
     t = out["time"]
-    assert t["compute_s"] + t["exposed_comm_s"] + t["bubble_s"] == pytest.approx(t["step_s"])
+    assert t["compute_s"] + t["exposed_comm_s"] + t["bubble_s"] + t["iteration_s"] == pytest.approx(t["step_s"])
+    assert t["iteration_s"] == pytest.approx(out["params"]["iteration_overhead_s"]) and t["iteration_s"] > 0
     assert out["tokens_per_s_per_gpu"] == pytest.approx(128 * 8192 / (t["step_s"] * 8))
     job = job_of(LLAMA8B, 8)
     assert out["model_tflops_per_gpu"] == pytest.approx(model.model_flops(job) / t["step_s"] / 8 / 1e12)
@@ -324,6 +325,51 @@ def test_attention_costs_more_per_flop_in_shorter_kernel_calls():
     assert cp4 / full == pytest.approx((1 + s0 / 2048) / (1 + s0 / 8192))
     window = seconds_per_flop(dict(LLAMA8B, **{"--window-size": "(512, 0)"}), 8)
     assert window / full == pytest.approx((1 + s0 / 512) / (1 + s0 / 8192))
+
+
+MIXTRAL = dict(LLAMA8B, **{"--num-experts": "8", "--moe-router-topk": "2", "--expert-model-parallel-size": "8",
+                            "--moe-token-dispatcher-type": "alltoall", "--moe-grouped-gemm": True,
+                            "--disable-bias-linear": True, "--global-batch-size": "64"})
+
+
+@pytest.mark.parametrize("capacity, pad, share", [(None, False, 1.0), ("1.5", True, 1.5), ("1.5", False, 1.0),
+                                                  ("0.5", False, 0.5), ("0.5", True, 0.5), ("-1", False, 1.0)])
+def test_the_capacity_factor_sets_the_rows_each_expert_computes(capacity, pad, share):
+    """Padded to capacity, each expert computes capacity x its balanced share of token copies; without padding a
+    factor below 1 drops the excess and one above it changes nothing (the published runs are balanced); a negative
+    factor is none (Megatron-LM's TransformerConfig)."""
+    from attune.projection import timing
+    args = dict(MIXTRAL)
+    if capacity is not None:
+        args["--moe-expert-capacity-factor"] = capacity
+    if pad:
+        args["--moe-pad-expert-input-to-capacity"] = True
+    gpu = hardware.get("B200")
+    base = timing.features(job_of(MIXTRAL, 8, "B200"), gpu, 8)["ranks"]
+    got = timing.features(job_of(args, 8, "B200"), gpu, 8)["ranks"]
+    assert got["flops_expert"][0] == pytest.approx(share * base["flops_expert"][0])
+    assert got["ep_nvl_s"][0] == pytest.approx(share * base["ep_nvl_s"][0])
+
+
+def test_only_the_syncing_dispatchers_pay_the_host_sync():
+    """The alltoall dispatcher copies its split sizes to the host each MoE layer unless the experts are padded to
+    capacity (static splits: Megatron-LM's drop_and_pad skips the sync), and the allgather one always does; the
+    projection charges their NVLink transfer at the fitted NCCL efficiency, the others at the all-to-all one."""
+    from attune.projection import timing
+    gpu = hardware.get("B200")
+
+    def nccl(**extra):
+        return timing.features(job_of(dict(MIXTRAL, **extra), 8, "B200"), gpu, 8)["row"]["nccl_a2a"]
+    padded = {"--moe-expert-capacity-factor": "1.0", "--moe-pad-expert-input-to-capacity": True}
+    assert nccl() == 1 and nccl(**padded) == 0
+    assert nccl(**{"--moe-token-dispatcher-type": "allgather"}) == 1
+    assert nccl(**dict(padded, **{"--moe-token-dispatcher-type": "allgather"})) == 1
+    assert nccl(**{"--moe-token-dispatcher-type": "flex"}) == 0
+    theta = api.theta_for(gpu, api.load_params())[0]
+    assert theta["a2a_nccl"] > theta["a2a"]
+    fast = project(dict(MIXTRAL, **padded), 8, "B200")["time"]["exposed_s"]["ep"]
+    slow = project(MIXTRAL, 8, "B200")["time"]["exposed_s"]["ep"]
+    assert fast < slow
 
 
 def test_warnings_name_defaults_and_uncalibrated_hardware():
