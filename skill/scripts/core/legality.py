@@ -64,6 +64,7 @@ KNOWN_FLAGS = (
     "--no-overlap-p2p-communication", "--use-torch-fsdp2", "--use-megatron-fsdp", "--main-grads-dtype",
     "--main-params-dtype", "--exp-avg-dtype", "--exp-avg-sq-dtype", "--fp4-format", "--fp4-recipe",
     "--normalization", "--transformer-impl", "--moe-expert-capacity-factor", "--moe-pad-expert-input-to-capacity",
+    "--softmax-type",
     # slime
     "--actor-num-nodes", "--actor-num-gpus-per-node", "--rollout-num-gpus", "--rollout-num-gpus-per-engine",
     "--num-gpus-per-node", "--colocate", "--offload", "--offload-train", "--no-offload-train", "--offload-rollout",
@@ -277,6 +278,7 @@ CHOICES = {
     "--moe-token-dispatcher-type": ("allgather", "alltoall", "flex"),
     "--normalization": ("LayerNorm", "RMSNorm"),
     "--position-embedding-type": ("learned_absolute", "mrope", "none", "relative", "rope"),
+    "--softmax-type": ("learnable", "off-by-one", "vanilla"),
     "--transformer-impl": ("inference_optimized", "local", "transformer_engine"),
 }
 SELECTIVE_MODULES = ("core_attn", "moe_act", "layernorm", "mla_up_proj", "mlp", "moe", "shared_experts")

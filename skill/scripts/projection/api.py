@@ -33,7 +33,8 @@ PARAMS = Path(__file__).resolve().parent / "params.json"
 # the causal mask's diagonal tile and the backward add to it.
 PRIOR = {"gemm_bf16": 1 / 0.7, "gemm_lp": 1 / 0.55, "expert": 1.0, "gemm_bytes": 1.0, "attn": 1 / 0.5, "elem": 1.0,
          "launch": 2e-4, "moe": 3e-4, "comm": 1 / 0.7, "a2a": 1 / 0.7,
-         "a2a_nccl": 1 / 0.7, "moe_elem": 1.0, "attn_s0": 500.0, "step0": 0.03}
+         "a2a_nccl": 1 / 0.7, "moe_elem": 1.0, "attn_s0": 500.0, "step0": 0.03,
+         "sink": 1.0}
 
 __all__ = ["ConfigError", "project", "theta_for"]
 
@@ -78,7 +79,7 @@ def theta_for(gpu: hw.GPU, params: Optional[dict]) -> tuple:
             "nccl_all_to_all_nvlink_efficiency": 1 / theta["a2a_nccl"],
             "attention_overhead_tokens": theta["attn_s0"],
             "host_s_per_layer": theta["launch"], "moe_s_per_layer": theta["moe"],
-            "iteration_overhead_s": theta["step0"]}
+            "iteration_overhead_s": theta["step0"], "sink_attention_blackwell_factor": theta["sink"]}
     if params is not None:
         info["fit_date"] = params.get("fit_date")
         info["loo_median_abs_error_pct"] = params.get("loo", {}).get("median_abs_pct")

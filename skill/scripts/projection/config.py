@@ -66,7 +66,7 @@ READS = frozenset((
     "--pipeline-model-parallel-size",
     "--position-embedding-type", "--q-lora-rank", "--qk-head-dim", "--qk-pos-emb-head-dim",
     "--recompute-granularity", "--recompute-method", "--recompute-modules", "--recompute-num-layers",
-    "--seq-length", "--sequence-parallel", "--squared-relu", "--swiglu", "--tensor-model-parallel-size",
+    "--seq-length", "--sequence-parallel", "--softmax-type", "--squared-relu", "--swiglu", "--tensor-model-parallel-size",
     "--tokenizer-model", "--tokenizer-type", "--tp-comm-overlap", "--transformer-impl",
     "--untie-embeddings-and-output-weights",
     "--use-custom-fsdp", "--use-distributed-optimizer", "--use-megatron-fsdp", "--use-precision-aware-optimizer",
@@ -104,6 +104,7 @@ class Job:
     moe_pattern: tuple  # 1 per MoE layer, 0 per dense layer
     mtp_layers: int
     window: Optional[int]  # sliding-window size (left) of window-attention layers
+    sink: bool  # --softmax-type off-by-one or learnable: attention with a sink term in the softmax (GPT-OSS)
     window_pattern: tuple  # 1 per window-attention layer
     hidden_dropout: float
     attention_dropout: float
@@ -478,6 +479,7 @@ def parse(args: Mapping, gpus: int, gpu_name: str, gpus_per_node: int) -> Job:
         layers=layers, hidden=hidden, ffn=ffn, heads=heads, groups=groups, kv_channels=kv_channels, vocab=vocab,
         gated=gated, mla=mla, experts=experts, topk=topk, moe_ffn=moe_ffn, shared_ffn=shared_ffn,
         moe_pattern=moe_pattern, mtp_layers=mtp, window=window, window_pattern=window_pattern,
+        sink=str(args.get("--softmax-type") or "vanilla") != "vanilla",
         hidden_dropout=_float(args, "--hidden-dropout", 0.1),
         attention_dropout=_float(args, "--attention-dropout", 0.1),
         untied="--untie-embeddings-and-output-weights" in args,

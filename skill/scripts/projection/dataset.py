@@ -71,12 +71,14 @@ SETTINGS = CSV.parent / "published_settings.csv"  # what each row's recipe set b
 _MLA = {"--multi-latent-attention": True, "--q-lora-rank": "1536", "--kv-lora-rank": "512", "--qk-head-dim": "128",
         "--qk-pos-emb-head-dim": "64", "--v-head-dim": "128"}
 # From each model's public HF config.json (head_dim, MLA ranks, dense-layer prefix, shared experts,
-# MTP depth, sliding windows), and NeMo's Nemotron-3 22B config (vocabulary 256,000; the table's
+# MTP depth, sliding windows, GPT-OSS's attention sinks: Megatron-Bridge's GPT-OSS bridge sets softmax_type
+# "learnable"), and NeMo's Nemotron-3 22B config (vocabulary 256,000; the table's
 # own TFLOP/s-per-token ratio agrees with it to 1%).
 SUPPLEMENT = {
     "qwen3_30b_a3b": {"--kv-channels": "128"},
     "qwen3_235b_a22b": {"--kv-channels": "128"},
-    "gpt_oss_120b": {"--kv-channels": "64", "--window-size": "(128, 0)", "--window-attn-skip-freq": "2"},
+    "gpt_oss_120b": {"--kv-channels": "64", "--window-size": "(128, 0)", "--window-attn-skip-freq": "2",
+                     "--softmax-type": "learnable"},
     "deepseek_v3": dict(_MLA, **{"--moe-layer-freq": "[0]*3+[1]*58", "--moe-shared-expert-intermediate-size": "2048",
                                  "--mtp-num-layers": "1", "--position-embedding-type": "rope",
                                  "--use-precision-aware-optimizer": True,

@@ -70,6 +70,7 @@ class GPU:
     gpus_per_node: int
     family: str
     source: str
+    blackwell: bool = False  # NVIDIA Blackwell (sm_100/sm_103): its attention kernels are not Hopper's
 
     def peak(self, precision: str) -> float:
         """Dense peak in FLOP/s for a precision; an error naming what this GPU has otherwise."""
@@ -86,7 +87,8 @@ def _gpu(name, bf16, fp8, fp4, hbm_gib, hbm_tbs, intra_bidir, nic_gbit, per_node
         peaks["fp8"] = fp8
     if fp4:
         peaks["fp4"] = fp4
-    return GPU(name, peaks, hbm_gib, hbm_tbs, intra_bidir / 2.0, nic_gbit / 8.0, per_node, family, source)
+    return GPU(name, peaks, hbm_gib, hbm_tbs, intra_bidir / 2.0, nic_gbit / 8.0, per_node, family, source,
+               name in ("B200", "B300", "GB200", "GB300"))
 
 
 GPUS = {gpu.name: gpu for gpu in (

@@ -10,6 +10,8 @@ efficiencies enter. Per pipeline rank and micro-batch (forward + backward + reco
               + GEMM bytes / HBM * th_gemm_bytes                  (additive roofline per GEMM)
     attn    = core-attention FLOPs * (1 + th_attn_s0 / span) / peak_bf16 * th_attn
               (span: the keys one kernel call sees, seq / CP or the window; th_attn_s0 in tokens)
+              * th_sink for attention with a sink (--softmax-type off-by-one/learnable) on Blackwell, whose
+              window layers are then costed as full ones
     elem    = elementwise bytes / HBM * th_elem                   (norms, RoPE, residuals, dense activations, casts)
               + MoE elementwise bytes / HBM * th_moe_elem          (router, token permute/unpermute, expert
                                                                    activation: a few large fused kernels)
@@ -61,12 +63,12 @@ from .hardware import GPU
 KAPPA = 0.1  # share of an overlapped TP / EP transfer that stays exposed (first pipelined chunk)
 OPT_BYTES = 34.0  # per parameter of the local optimizer shard: fp32 master, Adam m and v, grad read
 THETA = ("gemm_bf16", "gemm_lp", "expert", "gemm_bytes", "attn", "elem", "launch", "moe", "comm", "a2a", "a2a_nccl",
-         "moe_elem", "attn_s0", "step0")
+         "moe_elem", "attn_s0", "step0", "sink")
 RANK_KEYS = ("flops_lp", "flops_hp", "flops_expert", "gemm_bytes", "attn_flops", "attn_short", "elem_bytes",
              "moe_elem_bytes", "layers", "moe_layers", "tp_s", "cp_s", "ep_nvl_s", "ep_nic_s", "pp_s", "dp_rs_s",
              "dp_ag_s", "opt_bytes")
 ROW_KEYS = ("peak_lp", "peak_hp", "lowp", "hbm", "m", "pp", "vp", "tp_overlap", "ep_overlap", "overlap_grad",
-            "overlap_param", "nccl_a2a")
+            "overlap_param", "nccl_a2a", "slow_sink")
 
 
 def p2p_bw(gpu: GPU, gpus_per_node: int, span: int) -> float:
@@ -118,7 +120,13 @@ def features(job: Job, gpu: GPU, gpus_per_node: int) -> dict:
     lp = job.precision != "bf16"
     kinds = {}
 
+    # Sink attention on Blackwell: the published GPT-OSS runs there take th_sink times the standard attention's
+    # time in every layer, sliding-window layers included (as if the window's tiles were not skipped); on H100 they
+    # fit the standard model. A fitted description of those runs, not a measured kernel property.
+    slow_sink = job.sink and gpu.blackwell
+
     def work(moe, window, full):
+        window = window and not slow_sink
         key = (moe, window, full)
         if key not in kinds:
             kinds[key] = model.layer_work(job, moe, window, full)
@@ -186,7 +194,8 @@ def features(job: Job, gpu: GPU, gpus_per_node: int) -> dict:
                "hbm": gpu.hbm_tbs * 1e12, "m": float(job.microbatches), "pp": float(job.pp), "vp": float(job.vp),
                "tp_overlap": float(job.tp_overlap), "ep_overlap": float(job.ep_overlap),
                "overlap_grad": float(job.overlap_grad), "overlap_param": float(job.overlap_param),
-               "nccl_a2a": float(job.dispatcher == "allgather" or (job.dispatcher == "alltoall" and not job.pad_to_capacity))}
+               "nccl_a2a": float(job.dispatcher == "allgather" or (job.dispatcher == "alltoall" and not job.pad_to_capacity)),
+               "slow_sink": float(slow_sink)}
     return {"ranks": ranks, "row": scalars}
 
 
@@ -212,7 +221,8 @@ def step_time(F: dict, theta: dict) -> dict:
     gemm = F["flops_lp"] / F["peak_lp"][:, None] * col["gemm_lp"] + F["flops_hp"] / F["peak_hp"][:, None] * \
         col["gemm_bf16"] + F["flops_expert"] / F["peak_lp"][:, None] * run * col["expert"] + \
         F["gemm_bytes"] / F["hbm"][:, None] * col["gemm_bytes"]
-    attn = (F["attn_flops"] + F["attn_short"] * col["attn_s0"]) / F["peak_hp"][:, None] * col["attn"]
+    attn = (F["attn_flops"] + F["attn_short"] * col["attn_s0"]) / F["peak_hp"][:, None] * col["attn"] * \
+        np.where(F["slow_sink"][:, None] > 0, col["sink"], 1.0)
     elem = (F["elem_bytes"] * col["elem"] + F["moe_elem_bytes"] * col["moe_elem"]) / F["hbm"][:, None]
     compute = np.maximum(gemm + attn + elem, F["layers"] * col["launch"]) + F["moe_layers"] * col["moe"]
     tp, cp, pp = (F[key] * col["comm"] for key in ("tp_s", "cp_s", "pp_s"))

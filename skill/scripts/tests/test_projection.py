@@ -473,3 +473,28 @@ def test_the_embedding_and_the_loss_counted_in_the_split_take_a_layer_from_their
     assert sum(sizes) == 126 and sizes[0] == 15 and sizes[-1] == 15 and set(sizes[1:-1]) == {16}
     with pytest.raises(InputError, match="layers-per-stage"):
         config.parse(dict(args, **{"--account-for-loss-in-pipeline-split": False}), 1024, "H100", 8)
+
+def test_sink_attention_on_blackwell_is_costed_as_the_published_gpt_oss_runs_ran():
+    """With a sink in the softmax (--softmax-type learnable or off-by-one), attention on Blackwell costs th_sink
+    times the standard model's and a sliding window saves nothing (the fit's description of the published
+    GPT-OSS-120B runs there); on H100 the standard model holds, window included."""
+    from attune.projection import timing
+    windowed = dict(LLAMA8B, **{"--window-size": "(128, 0)", "--window-attn-skip-freq": "2"})
+
+    def attention(args, gpu_name):
+        gpu = hardware.get(gpu_name)
+        theta = api.theta_for(gpu, api.load_params())[0]
+        job = job_of(args, 8, gpu_name)
+        F = timing.stack([timing.features(job, gpu, gpu.gpus_per_node)])
+        out = timing.step_time(F, {name: np.array([theta[name]]) for name in timing.THETA})
+        return out["parts"]["attention"][0], theta["sink"]
+
+    sink = {"--softmax-type": "learnable"}
+    for gpu_name in ("B200", "GB300"):
+        full, _ = attention(LLAMA8B, gpu_name)
+        windows, _ = attention(windowed, gpu_name)
+        assert windows < 0.7 * full  # half the layers see 128 keys
+        sunk, factor = attention(dict(windowed, **sink), gpu_name)
+        assert factor > 1 and sunk == pytest.approx(factor * full)
+        assert attention(dict(LLAMA8B, **{"--softmax-type": "off-by-one"}), gpu_name)[0] == pytest.approx(factor * full)
+    assert attention(dict(windowed, **sink), "H100")[0] == pytest.approx(attention(windowed, "H100")[0])
