@@ -34,7 +34,7 @@ PARAMS = Path(__file__).resolve().parent / "params.json"
 PRIOR = {"gemm_bf16": 1 / 0.7, "gemm_lp": 1 / 0.55, "expert": 1.0, "gemm_bytes": 1.0, "attn": 1 / 0.5, "elem": 1.0,
          "launch": 2e-4, "moe": 3e-4, "comm": 1 / 0.7, "a2a": 1 / 0.7,
          "a2a_nccl": 1 / 0.7, "moe_elem": 1.0, "attn_s0": 500.0, "step0": 0.03,
-         "sink": 1.0}
+         "sink": 1.0, "trend": 1.0}
 
 __all__ = ["ConfigError", "project", "theta_for"]
 
@@ -79,7 +79,10 @@ def theta_for(gpu: hw.GPU, params: Optional[dict]) -> tuple:
             "nccl_all_to_all_nvlink_efficiency": 1 / theta["a2a_nccl"],
             "attention_overhead_tokens": theta["attn_s0"],
             "host_s_per_layer": theta["launch"], "moe_s_per_layer": theta["moe"],
-            "iteration_overhead_s": theta["step0"], "sink_attention_blackwell_factor": theta["sink"]}
+            "iteration_overhead_s": theta["step0"], "sink_attention_blackwell_factor": theta["sink"],
+            "kernel_time_per_year_older": theta["trend"],
+            # the software the projection is for: the newest release among the published rows
+            "software_reference": (params or {}).get("software_reference")}
     if params is not None:
         info["fit_date"] = params.get("fit_date")
         info["loo_median_abs_error_pct"] = params.get("loo", {}).get("median_abs_pct")
@@ -157,6 +160,7 @@ def text(out: dict, path) -> str:
                  time_["iteration_s"]),
              "tokens_per_s_per_gpu: %.1f" % out["tokens_per_s_per_gpu"],
              "model_tflops_per_gpu: %.1f" % out["model_tflops_per_gpu"], "mfu: %.3f" % out["mfu"],
-             "calibrated: %s" % out["params"].get("calibrated")]
+             "calibrated: %s" % out["params"].get("calibrated"),
+             "software: the newest calibrated release's (%s)" % out["params"].get("software_reference")]
     lines += ["warning: %s" % warning for warning in out["warnings"]]
     return "\n".join(lines)

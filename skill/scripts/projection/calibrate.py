@@ -49,7 +49,7 @@ SIGMA_R, SIGMA_U, SIGMA_V = 0.15, 1.0, 0.35
 # GEMMs run on the same SMs, clocks and power limit): a GPU whose rows are all in one precision still has the other
 SIGMA_LP = 0.15
 SCHEMA = 1
-RAW = ("launch", "moe", "attn_s0", "step0")  # seconds or tokens, reported as they are; the rest as efficiencies (1/theta)
+RAW = ("launch", "moe", "attn_s0", "step0", "sink", "trend")  # seconds or tokens, reported as they are; the rest as efficiencies (1/theta)
 
 
 class Problem:
@@ -64,6 +64,9 @@ class Problem:
             feats.append(timing.features(job, gpu, gpu.gpus_per_node))
             self.memory.append(memory.memory(job, gpu))
         self.F = timing.stack(feats)
+        # the newest software among the rows is the fit's reference (age 0): every projection is for it
+        self.newest = max(row.software for row in rows)
+        self.F["age"] = np.array([self.newest - row.software for row in rows])
         self.families = sorted({hw.get(row.gpu).family for row in rows})
         self.fam = np.array([self.families.index(hw.get(row.gpu).family) for row in rows])
         tokens_per_step = np.array([float(row.args["--global-batch-size"]) * float(row.args["--seq-length"])
@@ -230,6 +233,8 @@ def run(csv_path: Path = dataset.CSV, loo: bool = True, superseded: bool = False
         "rows_excluded": dict(sorted(collections.Counter(reason for reason, *_ in excluded.values()).items())),
         "prior": dict(api.PRIOR), "sigma": {"residual": SIGMA_R, "global": SIGMA_U, "family": SIGMA_V,
                                                        "family_lowp_over_bf16": SIGMA_LP},
+        # projections are for the newest software among the rows (kernel time of older software: th_trend per year)
+        "software_reference": "%d-%02d" % (int(problem.newest + 1e-6), round((problem.newest % 1) * 12) + 1),
         "global": u, "families": families,
         "efficiency": {family: {name: (theta[name] if name in RAW else 1 / theta[name])
                                 for name in timing.THETA} for family, theta in families.items()},

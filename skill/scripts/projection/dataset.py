@@ -105,6 +105,7 @@ class Row:
     tokens_per_s_per_gpu: float  # measured, or converted from TFLOP/s (see ``converted``)
     converted: bool
     assumed: tuple  # assumptions beyond the module-wide ones
+    software: float  # when the software ran, in years (2025.83 = November 2025): see ``software_year``
 
 
 def _num(text: str) -> Optional[float]:
@@ -261,7 +262,19 @@ def to_row(row: dict) -> Row:
         causal = not source.startswith(NON_CAUSAL_SOURCES)
         tokens = _num(row["model_tflops_per_gpu"]) * 1e12 * gbs * seq / model.model_flops(job, causal)
     return Row(row["row_id"], source, key, hw.get(row["gpu_type"]).name, gpus, precision, args, tokens, converted,
-               tuple(assumed))
+               tuple(assumed), software_year(row))
+
+
+def software_year(row: dict) -> float:
+    """When a row's software was built, in years: the container's YY.MM (``NeMo container 25.11`` is November
+    2025), else the table's date (``2024-07-15``: Megatron-Core r0.8.0's README)."""
+    match = re.search(r"\b(\d\d)\.(\d\d)\b", row.get("source_version") or "")
+    if match:
+        return 2000 + int(match.group(1)) + (int(match.group(2)) - 1) / 12.0
+    match = re.match(r"(\d{4})-(\d\d)", (row.get("source_date") or "").strip())
+    if match:
+        return int(match.group(1)) + (int(match.group(2)) - 1) / 12.0
+    raise ValueError("row %s: no container version or date to date its software" % row.get("row_id"))
 
 
 def config_key(row: Row) -> tuple:

@@ -15,6 +15,8 @@ efficiencies enter. Per pipeline rank and micro-batch (forward + backward + reco
     elem    = elementwise bytes / HBM * th_elem                   (norms, RoPE, residuals, dense activations, casts)
               + MoE elementwise bytes / HBM * th_moe_elem          (router, token permute/unpermute, expert
                                                                    activation: a few large fused kernels)
+    gemm, attn, elem *= th_trend ** age (age: years the run's software predates the calibration's newest
+                                         release; 0 for a projection, which is for that release's kernels)
     compute = max(gemm + attn + elem, layers * th_launch)          (host-bound floor per layer)
               + MoE layers * th_moe      (per-layer router/permute synchronisation, not overlapped)
     tp  = TP bytes / link * th_comm;  exposed: all of it, or with --tp-comm-overlap
@@ -63,12 +65,12 @@ from .hardware import GPU
 KAPPA = 0.1  # share of an overlapped TP / EP transfer that stays exposed (first pipelined chunk)
 OPT_BYTES = 34.0  # per parameter of the local optimizer shard: fp32 master, Adam m and v, grad read
 THETA = ("gemm_bf16", "gemm_lp", "expert", "gemm_bytes", "attn", "elem", "launch", "moe", "comm", "a2a", "a2a_nccl",
-         "moe_elem", "attn_s0", "step0", "sink")
+         "moe_elem", "attn_s0", "step0", "sink", "trend")
 RANK_KEYS = ("flops_lp", "flops_hp", "flops_expert", "gemm_bytes", "attn_flops", "attn_short", "elem_bytes",
              "moe_elem_bytes", "layers", "moe_layers", "tp_s", "cp_s", "ep_nvl_s", "ep_nic_s", "pp_s", "dp_rs_s",
              "dp_ag_s", "opt_bytes")
 ROW_KEYS = ("peak_lp", "peak_hp", "lowp", "hbm", "m", "pp", "vp", "tp_overlap", "ep_overlap", "overlap_grad",
-            "overlap_param", "nccl_a2a", "slow_sink")
+            "overlap_param", "nccl_a2a", "slow_sink", "age")
 
 
 def p2p_bw(gpu: GPU, gpus_per_node: int, span: int) -> float:
@@ -195,7 +197,8 @@ def features(job: Job, gpu: GPU, gpus_per_node: int) -> dict:
                "tp_overlap": float(job.tp_overlap), "ep_overlap": float(job.ep_overlap),
                "overlap_grad": float(job.overlap_grad), "overlap_param": float(job.overlap_param),
                "nccl_a2a": float(job.dispatcher == "allgather" or (job.dispatcher == "alltoall" and not job.pad_to_capacity)),
-               "slow_sink": float(slow_sink)}
+               "slow_sink": float(slow_sink),
+               "age": 0.0}  # years the software predates the calibration's newest release: projected for that one
     return {"ranks": ranks, "row": scalars}
 
 
@@ -224,6 +227,8 @@ def step_time(F: dict, theta: dict) -> dict:
     attn = (F["attn_flops"] + F["attn_short"] * col["attn_s0"]) / F["peak_hp"][:, None] * col["attn"] * \
         np.where(F["slow_sink"][:, None] > 0, col["sink"], 1.0)
     elem = (F["elem_bytes"] * col["elem"] + F["moe_elem_bytes"] * col["moe_elem"]) / F["hbm"][:, None]
+    older = col["trend"] ** F["age"][:, None]  # kernels of older software: th_trend more time per year
+    gemm, attn, elem = gemm * older, attn * older, elem * older
     compute = np.maximum(gemm + attn + elem, F["layers"] * col["launch"]) + F["moe_layers"] * col["moe"]
     tp, cp, pp = (F[key] * col["comm"] for key in ("tp_s", "cp_s", "pp_s"))
     nvl = F["ep_nvl_s"] * np.where(F["nccl_a2a"][:, None] > 0, col["a2a_nccl"], col["a2a"])

@@ -498,3 +498,30 @@ def test_sink_attention_on_blackwell_is_costed_as_the_published_gpt_oss_runs_ran
         assert factor > 1 and sunk == pytest.approx(factor * full)
         assert attention(dict(LLAMA8B, **{"--softmax-type": "off-by-one"}), gpu_name)[0] == pytest.approx(factor * full)
     assert attention(dict(windowed, **sink), "H100")[0] == pytest.approx(attention(windowed, "H100")[0])
+
+
+def test_older_software_takes_more_kernel_time_by_the_fitted_yearly_factor():
+    """Rows are dated by their container (NeMo 25.11 is November 2025); the fit's reference is the newest release
+    among them, and a run whose software is ``age`` years older takes th_trend ** age times the kernel time
+    (GEMMs, attention, elementwise). A projection is for the reference release."""
+    from attune.projection import timing
+    rows = {row.row_id: row for row in dataset.load()[0]}
+    assert {row.software for row in rows.values() if row.source_id == "mbridge_25_11"} == {2025 + 10 / 12}
+    assert {row.software for row in rows.values() if row.source_id == "mlm_h100_weak_scaling"} == {2024.5}
+    gpu = hardware.get("H100")
+    theta = api.theta_for(gpu, api.load_params())[0]
+    assert theta["trend"] > 1
+    F = timing.stack([timing.features(job_of(LLAMA8B, 8), gpu, 8)])
+    assert F["age"][0] == 0
+    th = {name: np.array([theta[name]]) for name in timing.THETA}
+    new = timing.step_time(F, th)["parts"]
+    F["age"] = np.array([2.0])
+    old = timing.step_time(F, th)["parts"]
+    for part in ("gemm", "attention", "elementwise"):
+        assert old[part][0] == pytest.approx(theta["trend"] ** 2 * new[part][0])
+    out = project(LLAMA8B, 8, "H100")
+    params = api.load_params()
+    assert out["params"]["software_reference"] == params["software_reference"]
+    newest = max(row.software for row in rows.values())
+    assert params["software_reference"] == "%d-%02d" % (int(newest), round(newest % 1 * 12) + 1)
+    assert "software: the newest calibrated release's (%s)" % params["software_reference"] in api.text(out, "r.yaml")
