@@ -541,7 +541,10 @@ def test_exploration_follows_the_chance_to_clear_the_band_under_the_projections_
     and stops when no option has a meaningful probability left."""
     sd = policy.lognormal_sd(policy.Config().error_median_dense)
     assert policy.probability_above(0.0, 0.01, sd) > 0.4  # predicted unchanged: a coin flip
-    assert policy.probability_above(-0.03, 0.01, sd) >= 0.2 > policy.probability_above(-0.06, 0.01, sd)
+    # P(gain > band) is 0.2 where log1p(gain) = log1p(band) - 0.84 sd: a little below the band is still worth a run
+    inside, outside = (math.expm1(math.log1p(0.01) - k * sd) for k in (0.8, 0.9))
+    assert -0.10 < outside < inside < 0  # a few percent slower, under the projection's own error
+    assert policy.probability_above(inside, 0.01, sd) >= 0.2 > policy.probability_above(outside, 0.01, sd)
     assert policy.expected_improvement(0.05, sd) > policy.expected_improvement(0.0, sd) > \
         policy.expected_improvement(-0.05, sd) > 0
     s = state()
