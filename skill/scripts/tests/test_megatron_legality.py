@@ -316,17 +316,25 @@ def lever_cases(count: int = 300, seed: int = 20261207) -> list:
     return out
 
 
+def _disagreements(cases: list, theirs: list, violations, shown) -> list:
+    """One line per ``(args, world size)`` on which ``violations(args, world)`` (legality's) and Megatron-LM's verdict
+    disagree about legality, showing the flags ``shown`` keeps."""
+    out = []
+    for (args, world), megatron_says in zip(cases, theirs):
+        rules = sorted({v.rule for v in violations(args, world)})
+        if bool(rules) == megatron_says["ok"]:
+            flags = {k: v for k, v in args.items() if shown(k)}
+            out.append("%s\n    ours:     %s\n    Megatron: %s" % (flags, rules or "legal",
+                                                                 megatron_says.get("error", "legal")))
+    return out
+
+
 def test_the_levers_flags_are_refused_where_megatron_refuses_them():
     from attune.core import legality
     all_cases = lever_cases()
     theirs = megatron_verdicts(all_cases)
-    differ = []
-    for (args, world), megatron_says in zip(all_cases, theirs):
-        rules = sorted({v.rule for v in legality.check(args, {"CUDA_DEVICE_MAX_CONNECTIONS": "1"}, world, "h100")})
-        if bool(rules) == megatron_says["ok"]:
-            shown = {k: v for k, v in args.items() if k not in LEVERS}
-            differ.append("%s\n    ours:     %s\n    Megatron: %s" % (shown, rules or "legal",
-                                                                  megatron_says.get("error", "legal")))
+    differ = _disagreements(all_cases, theirs, lambda args, world: legality.check(
+        args, {"CUDA_DEVICE_MAX_CONNECTIONS": "1"}, world, "h100"), lambda flag: flag not in LEVERS)
     assert 0.2 * len(theirs) < sum(t["ok"] for t in theirs) < 0.8 * len(theirs)
     assert not differ, "%d of %d configurations differ from Megatron-LM's verdict:\n%s" % (
         len(differ), len(all_cases), "\n".join(differ[:12]))
@@ -360,13 +368,9 @@ def test_capacity_rules_are_megatrons():
     from attune.core import legality
     all_cases = capacity_cases()
     theirs = megatron_verdicts(all_cases)
-    differ = []
-    for (args, world), megatron_says in zip(all_cases, theirs):
-        rules = {v.rule for v in legality.check(args, {}, world) if v.rule != "cuda-device-max-connections"}
-        if bool(rules) == megatron_says["ok"]:
-            shown = {k: v for k, v in args.items() if k.startswith("--moe-")}
-            differ.append("%s\n    ours:     %s\n    Megatron: %s"
-                          % (shown, sorted(rules) or "legal", megatron_says.get("error", "legal")))
+    differ = _disagreements(all_cases, theirs, lambda args, world: [
+        v for v in legality.check(args, {}, world) if v.rule != "cuda-device-max-connections"],
+        lambda flag: flag.startswith("--moe-"))
     assert 5 < sum(t["ok"] for t in theirs) < len(theirs) - 5
     assert not differ, "%d of %d differ from Megatron-LM's verdict:\n%s" % (len(differ), len(all_cases),
                                                                            "\n".join(differ[:12]))
