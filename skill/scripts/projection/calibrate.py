@@ -49,7 +49,8 @@ SIGMA_R, SIGMA_U, SIGMA_V = 0.15, 1.0, 0.35
 # GEMMs run on the same SMs, clocks and power limit): a GPU whose rows are all in one precision still has the other
 SIGMA_LP = 0.15
 SCHEMA = 1
-RAW = ("launch", "moe", "attn_s0", "step0", "sink", "trend")  # seconds or tokens, reported as they are; the rest as efficiencies (1/theta)
+# seconds, tokens or factors (step0, sink, trend), reported as they are; the rest as efficiencies (1/theta)
+RAW = ("launch", "moe", "attn_s0", "step0", "sink", "trend")
 
 
 class Problem:
