@@ -50,6 +50,7 @@ MODEL_FLAGS = (
 # projection cannot tell its alternatives apart). The projection reads no environment variable.
 READS = frozenset((
     "--account-for-embedding-in-pipeline-split", "--account-for-loss-in-pipeline-split", "--attention-backend", "--attention-dropout", "--bf16", "--context-parallel-size",
+    "--cross-entropy-fusion-impl", "--cross-entropy-loss-fusion",
     "--decoder-first-pipeline-num-layers", "--decoder-last-pipeline-num-layers", "--delay-wgrad-compute",
     "--exp-avg-dtype", "--exp-avg-sq-dtype", "--expert-model-parallel-size", "--expert-tensor-parallel-size",
     "--ffn-hidden-size", "--fine-grained-activation-offloading", "--fp16", "--fp4-format", "--fp8", "--fp8-format",
@@ -74,9 +75,6 @@ READS = frozenset((
     "--window-attn-skip-freq", "--window-size",
 ))
 READS_ENV = frozenset()
-# Arguments read for memory only (the logits the loss keeps): the step time does not depend on them, so a lever of
-# them is not modelled as far as throughput goes.
-READS_MEMORY_ONLY = frozenset(("--cross-entropy-fusion-impl", "--cross-entropy-loss-fusion"))
 
 SELECTIVE_MODULES = legality.SELECTIVE_MODULES
 
@@ -146,9 +144,11 @@ class Job:
     param_bytes: int
     optimizer_bytes: int  # per parameter: master weights + two Adam moments
     flash: bool
-    # --cross-entropy-loss-fusion with --cross-entropy-fusion-impl te: Transformer Engine's parallel cross-entropy,
-    # which writes the logits' gradient into the bf16 logits in the forward pass and keeps no fp32 copy
-    te_cross_entropy: bool
+    # the loss's implementation: "unfused" (Megatron's vocab_parallel_cross_entropy, the default), "native"
+    # (--cross-entropy-loss-fusion: its jit-fused version) or "te" (with --cross-entropy-fusion-impl te: Transformer
+    # Engine's parallel cross-entropy, which writes the logits' gradient into the bf16 logits in the forward pass and
+    # keeps no fp32 copy). timing.LOSS_BYTES has the traffic of each, memory.logits_bytes what each keeps
+    cross_entropy: str
     gpus: int
     warnings: tuple
 
@@ -284,6 +284,18 @@ def _optimizer_bytes(args: Mapping) -> int:
             raise ConfigError("optimizer-dtype: %s %s is not one of %s" % (flag, name, ", ".join(_DTYPE_BYTES)))
         total += _DTYPE_BYTES[name]
     return total
+
+
+def _cross_entropy(args: Mapping) -> str:
+    """The loss's implementation (Megatron-LM ``LanguageModule.compute_language_model_loss``): ``unfused``
+    without ``--cross-entropy-loss-fusion``, else ``native`` or ``te`` as ``--cross-entropy-fusion-impl`` says
+    (Megatron's choices; default ``native``)."""
+    if "--cross-entropy-loss-fusion" not in args:
+        return "unfused"
+    impl = str(args.get("--cross-entropy-fusion-impl") or "native")
+    if impl not in ("native", "te"):
+        raise ConfigError("cross-entropy-fusion-impl: %r is not native or te" % impl)
+    return impl
 
 
 def _precision(args: Mapping, warnings: list) -> str:
@@ -495,6 +507,5 @@ def parse(args: Mapping, gpus: int, gpu_name: str, gpus_per_node: int) -> Job:
         param_bytes=1 if ("--fp8-param-gather" in args and precision == "fp8") else 2,
         optimizer_bytes=_optimizer_bytes(args),
         flash=attention_backend not in ("unfused", "local"),
-        te_cross_entropy=("--cross-entropy-loss-fusion" in args
-                          and str(args.get("--cross-entropy-fusion-impl") or "native") == "te"),
+        cross_entropy=_cross_entropy(args),
         gpus=gpus, warnings=tuple(warnings))

@@ -33,6 +33,10 @@ Documented assumptions for usable rows (the sources do not state them):
   --cross-entropy-fusion-impl te``): ``GPTModelProvider`` turns the fusion on by default and the performance
   scripts' ``helpers.py`` / ``overrides.py`` set ``cross_entropy_fusion_impl = "te"`` at every release commit
   named in ``published_settings.csv`` (7af9601c to 51885cf1).
+* The loss's implementation (``timing.LOSS_BYTES``): NeMo 2.0 (containers from 24.09) fuses it, Megatron's native
+  fused cross-entropy (``GPTConfig.cross_entropy_loss_fusion = True`` at NeMo v2.0 to v2.4; only its LoRA recipes
+  turn it off); NeMo 1 (24.03, 24.07) never sets Megatron-Core's ``cross_entropy_loss_fusion`` (default False) and
+  Megatron-LM's weak-scaling rows are taken with Megatron-LM's default: both run the unfused loss.
 * Bridge/NeMo/Megatron-LM perf runs use the distributed optimizer with ``--overlap-grad-reduce`` and
   ``--overlap-param-gather`` (Megatron-Bridge's performance defaults; the Megatron-LM weak-scaling
   README states DP/TP/PP overlap), sequence parallelism and ``--tp-comm-overlap`` when TP > 1, and
@@ -91,6 +95,7 @@ SUPPLEMENT = {
 NOT_GATED = ("gpt3_", "mlm_gpt_", "nemotron4_", "nemotron3_")  # GeLU / squared-ReLU MLPs
 TIED = ("gpt3_", "mlm_gpt_")
 NON_CAUSAL_SOURCES = ("nemo_", "mlm_h100_weak_scaling")
+NEMO_2 = 2024 + 8 / 12.0  # NeMo containers from 24.09 run NeMo 2.0 (its GPTConfig, not NeMo 1's YAML model config)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -214,6 +219,8 @@ def to_row(row: dict) -> Row:
         args["--grad-reduce-in-bf16"] = True
     if source.startswith("mbridge_"):
         args.update({"--cross-entropy-loss-fusion": True, "--cross-entropy-fusion-impl": "te"})
+    elif row["framework"].startswith("NeMo") and software_year(row) >= NEMO_2:
+        args["--cross-entropy-loss-fusion"] = True  # NeMo 2.0's GPTConfig: Megatron's native fused loss
     if row["ffn_hidden_size"].strip():
         args["--ffn-hidden-size"] = row["ffn_hidden_size"].strip()
     elif not row["num_experts"].strip():

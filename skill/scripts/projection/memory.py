@@ -110,7 +110,7 @@ def logits_bytes(job: Job) -> float:
     at the cast; Transformer Engine's (``--cross-entropy-fusion-impl te`` with ``--cross-entropy-loss-fusion``)
     computes the gradient into the bf16 logits in the forward pass and keeps only them (its
     ``CrossEntropyFunction`` saves the input and per-row statistics), 2 bytes."""
-    return 2.0 if job.te_cross_entropy else 6.0
+    return 2.0 if job.cross_entropy == "te" else 6.0
 
 
 def memory(job: Job, gpu: GPU) -> dict:

@@ -12,7 +12,8 @@ efficiencies enter. Per pipeline rank and micro-batch (forward + backward + reco
               (span: the keys one kernel call sees, seq / CP or the window; th_attn_s0 in tokens)
               * th_sink for attention with a sink (--softmax-type off-by-one/learnable) on Blackwell, whose
               window layers are then costed as full ones
-    elem    = elementwise bytes / HBM * th_elem                   (norms, RoPE, residuals, dense activations, casts)
+    elem    = elementwise bytes / HBM * th_elem                   (norms, RoPE, residuals, dense activations, casts,
+                                                                   the loss: LOSS_BYTES a logit by implementation)
               + MoE elementwise bytes / HBM * th_moe_elem          (router, token permute/unpermute, expert
                                                                    activation: a few large fused kernels)
     gemm, attn, elem *= th_trend ** age (age: years the run's software predates the calibration's newest
@@ -39,9 +40,16 @@ The slowest rank sets the pace: ``crit = max over ranks of t_mb``, and with ``m`
 ``vp`` virtual stages (1F1B / interleaved 1F1B)::
 
     step = m * crit + (pp - 1) / vp * crit                         (the second term is the bubble)
-           + exposed DP reduce-scatter: max(0, rs - 2/3 crit) with --overlap-grad-reduce (hidden under
-             the last micro-batch's backward), else rs (all-reduce without the distributed optimizer)
-           + exposed DP all-gather: max(0, ag - 1/3 crit) with --overlap-param-gather, else ag
+           + exposed DP reduce-scatter with --overlap-grad-reduce (else rs; all-reduce without the distributed
+             optimizer): max(0, (rs - 2/3 crit) / vp, rs - 2/3 crit / vp * (1 + (vp - 1) min(pp, m))), which is
+             max(0, rs - 2/3 crit) without virtual stages (hidden under the last micro-batch's backward). With
+             them each chunk's gradients are reduced as soon as its last micro-batch's backward is done, and the
+             last group of min(pp, m) micro-batches runs its backward chunk by chunk, so all but the last chunk's
+             reduce-scatter hide under the chunk-backwards that follow (Megatron-LM core_v0.16.1
+             pipeline_parallel/schedules.py, forward_backward_pipelining_with_interleaving: grad_sync_func at
+             is_last_microbatch_for_model_chunk)
+           + exposed DP all-gather with --overlap-param-gather (else ag): the same with 1/3 crit, the forwards
+             (param_sync_func launches chunk k + 1's all-gather at chunk k's first micro-batch)
            + optimizer: bytes of the local optimizer shard / HBM * th_elem
            + th_step0: the iteration's fixed cost outside the micro-batches (the optimizer's kernel launches,
              the grad-norm and found-inf all-reduces, the batch broadcast, the loss reduction for the log)
@@ -63,6 +71,15 @@ from .config import Job
 from .hardware import GPU
 
 KAPPA = 0.1  # share of an overlapped TP / EP transfer that stays exposed (first pipelined chunk)
+# Bytes of HBM traffic per logit (T x V / TP of them, fp32 4 and bf16 2 bytes an element) of the loss, forward and
+# backward, by implementation (config.Job.cross_entropy), counted from Megatron-LM core_v0.16.1 and Transformer Engine:
+# - unfused (tensor_parallel/cross_entropy.py): the fp32 cast of the bf16 logits 2 + 4, max 4, subtract the max 4 + 4,
+#   exp 4 + 4, sum 4, divide by the sum 4 + 4 (38); backward: scale by the loss's gradient 4 + 4, cast to bf16 4 + 2 (14)
+# - native (fusions/fused_cross_entropy.py: the same steps in four jit-fused functions): cast and max 2 + 4, subtract,
+#   exp and sum in place 4 + 4, divide in place 4 + 4, the backward's scale and bf16 cast 4 + 4 + 2
+# - te (pytorch/triton/cross_entropy.py): an online-softmax pass reads the bf16 logits 2, a second pass reads them and
+#   writes the gradient into them 2 + 2; backward: scale the gradient in place 2 + 2
+LOSS_BYTES = {"unfused": 52.0, "native": 32.0, "te": 10.0}
 OPT_BYTES = 34.0  # per parameter of the local optimizer shard: fp32 master, Adam m and v, grad read
 THETA = ("gemm_bf16", "gemm_lp", "expert", "gemm_bytes", "attn", "elem", "launch", "moe", "comm", "a2a", "a2a_nccl",
          "moe_elem", "attn_s0", "step0", "sink", "trend")
@@ -160,7 +177,7 @@ def features(job: Job, gpu: GPU, gpus_per_node: int) -> dict:
         heads_out = []
         if loss:
             heads_out.append((T, h, V / t, 1 + mtp))  # output layer (+ one per MTP depth), bf16
-            acc["elem_bytes"] += 16.0 * T * V / t * (1 + mtp)  # fp32 logits: softmax, loss, gradient
+            acc["elem_bytes"] += LOSS_BYTES[job.cross_entropy] * T * V / t * (1 + mtp)  # softmax, loss, gradient
             if mtp:
                 flops, traffic = model.gemm_cost([(T, 2 * h, h / t, mtp)], model.in_bytes(job))
                 acc["flops_lp" if lp else "flops_hp"] += flops
@@ -244,8 +261,16 @@ def step_time(F: dict, theta: dict) -> dict:
     bubble = (F["pp"] - 1) / F["vp"] * crit
     rs = np.max(F["dp_rs_s"], axis=1) * col["comm"][:, 0]
     ag = np.max(F["dp_ag_s"], axis=1) * col["comm"][:, 0]
-    rs_exposed = np.where(F["overlap_grad"] > 0, np.maximum(0.0, rs - 2.0 / 3.0 * crit), rs)
-    ag_exposed = np.where(F["overlap_param"] > 0, np.maximum(0.0, ag - 1.0 / 3.0 * crit), ag)
+    # with virtual stages each model chunk's gradients are reduced once its last micro-batch's backward is done, and the
+    # backward of the last group of min(pp, m) micro-batches runs chunk by chunk (chunk vp-1 first): a chunk-backward
+    # (2/3 crit / vp) of the first finished chunk and (vp - 1) x group more follow to hide the reduce-scatters under,
+    # but the last chunk's own (rs / vp) has only its last chunk-backward; likewise the parameter all-gathers, chunk
+    # k + 1's launched at chunk k's first forward, over forwards (1/3 crit / vp). vp 1: the last micro-batch's backward
+    hide = 1.0 + (F["vp"] - 1.0) * np.minimum(F["pp"], m)
+    rs_exposed = np.where(F["overlap_grad"] > 0, np.maximum(0.0, np.maximum(
+        (rs - 2.0 / 3.0 * crit) / F["vp"], rs - 2.0 / 3.0 * crit / F["vp"] * hide)), rs)
+    ag_exposed = np.where(F["overlap_param"] > 0, np.maximum(0.0, np.maximum(
+        (ag - 1.0 / 3.0 * crit) / F["vp"], ag - 1.0 / 3.0 * crit / F["vp"] * hide)), ag)
     optimizer = np.max(F["opt_bytes"], axis=1) / F["hbm"] * col["elem"][:, 0]
     step = m * crit + bubble + rs_exposed + ag_exposed + optimizer + col["step0"][:, 0]
     pick = lambda a: a[rows, crit_rank]  # noqa: E731  the critical rank's value

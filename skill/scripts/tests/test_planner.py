@@ -487,8 +487,7 @@ def test_every_flag_the_projection_parses_is_declared_as_read():
     import re
     from attune.projection import config
     source = (SCRIPTS / "projection" / "config.py").read_text()
-    assert set(re.findall(r'"(--[a-z0-9-]+)"', source)) - {"--flag"} <= config.READS | config.READS_MEMORY_ONLY
-    assert not config.READS & config.READS_MEMORY_ONLY
+    assert set(re.findall(r'"(--[a-z0-9-]+)"', source)) - {"--flag"} <= config.READS
     assert "--ddp-bucket-size" not in config.READS and not config.READS_ENV
 
 

@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, assume, given, settings, strategies as st
 
 from attune.core.errors import InputError
 from conftest import DATA
-from attune.projection import api, calibrate, config, dataset, hardware, memory, model
+from attune.projection import api, calibrate, config, dataset, hardware, memory, model, timing
 from attune.projection.api import ConfigError, project
 
 CASES = yaml.safe_load((DATA / "projection" / "memory_cases.yaml").read_text())["cases"]
@@ -83,24 +83,34 @@ def test_megatrons_local_layers_materialise_the_attention_softmax():
 
 
 @pytest.mark.parametrize("tp", [1, 4])
-def test_transformer_engines_cross_entropy_keeps_the_bf16_logits_only(tp):
+def test_the_loss_keeps_and_moves_what_its_implementation_does(tp):
     """The last rank keeps one micro-batch's logits for the loss: Megatron's own cross-entropy casts them to fp32 and
     keeps the fp32 softmax (2 + 4 bytes a logit, and the native fused one likewise); Transformer Engine's
     (``--cross-entropy-loss-fusion --cross-entropy-fusion-impl te``) writes the gradient into the bf16 logits and
-    keeps only them (2 bytes). The step time does not change, and the projection says it does not model its
-    throughput."""
+    keeps only them (2 bytes). Their traffic differs too (``timing.LOSS_BYTES``: unfused 52, native 32, te 10 bytes
+    a logit), so the step time orders them te, native, unfused, by exactly that traffic at the elementwise
+    efficiency."""
     args = dict(LLAMA8B, **{"--tensor-model-parallel-size": str(tp)}, **({"--sequence-parallel": True} if tp > 1 else {}))
     te_args = dict(args, **{"--cross-entropy-loss-fusion": True, "--cross-entropy-fusion-impl": "te"})
+    native = dict(args, **{"--cross-entropy-loss-fusion": True})  # Megatron's fused kernels: the fp32 copy too
     last = lambda a: memory.rank_memory(job_of(a, 8), 0)["activations"]  # noqa: E731  (PP 1: the last rank)
     job = job_of(args, 8)
     logits = 8192 * job.vocab / tp  # T x V / TP
     assert last(args) - last(te_args) == pytest.approx(4 * logits)
-    native = dict(args, **{"--cross-entropy-loss-fusion": True})  # Megatron's fused kernel: the fp32 copy too
     assert last(native) == pytest.approx(last(args))
-    assert project(te_args, 8, "H100")["tokens_per_s_per_gpu"] == pytest.approx(project(args, 8, "H100")[
-        "tokens_per_s_per_gpu"])
-    assert "--cross-entropy-fusion-impl" not in config.READS and "--cross-entropy-fusion-impl" in \
-        config.READS_MEMORY_ONLY
+    assert (job.cross_entropy, job_of(native, 8).cross_entropy, job_of(te_args, 8).cross_entropy) == \
+        ("unfused", "native", "te")
+    step = {name: project(a, 8, "H100")["time"]["parts_s"]["elementwise"]
+            for name, a in (("unfused", args), ("native", native), ("te", te_args))}
+    gpu = hardware.get("H100")
+    elem = api.theta_for(gpu, api.load_params())[0]["elem"] / (gpu.hbm_tbs * 1e12)
+    for name in ("native", "te"):  # per logit: the difference in bytes at the elementwise efficiency
+        saved = (timing.LOSS_BYTES["unfused"] - timing.LOSS_BYTES[name]) * logits * job.microbatches * elem
+        assert step["unfused"] - step[name] == pytest.approx(saved, rel=1e-6)
+    assert step["te"] < step["native"] < step["unfused"]
+    with pytest.raises(ConfigError, match="cross-entropy-fusion-impl"):
+        job_of(dict(native, **{"--cross-entropy-fusion-impl": "triton"}), 8)
+    assert {"--cross-entropy-loss-fusion", "--cross-entropy-fusion-impl"} <= config.READS
 
 
 def test_memory_verdict_uses_the_safety_margin():
@@ -216,6 +226,43 @@ def test_bubble_share_shrinks_as_microbatches_grow(pp, vp, m, more):
         shares.append(out["time"]["bubble_s"] / out["time"]["step_s"])
     assert shares[1] < shares[0]
     assert out["time"]["bubble_s"] > 0
+
+
+@pytest.mark.parametrize("layers_per_chunk", [20, 10, 5, 2])
+def test_virtual_stages_leave_only_the_last_chunks_data_parallel_traffic_exposed(layers_per_chunk):
+    """Megatron's interleaved schedule reduce-scatters a model chunk's gradients as soon as its last micro-batch's
+    backward is done and runs the last micro-batches' backward chunk by chunk, so the chunks finished first hide
+    their reduce-scatters under the backward passes still to come; the all-gathers likewise under the forwards.
+    A 70B-like model on 128 H100s (TP 8, PP 4, DP 4, 8 micro-batches, fp32 gradients): the DP traffic is the same
+    at every VP, its exposed share falls as VP grows, and never below the last chunk's share of it."""
+    args = dict(LLAMA8B, **{"--num-layers": "80", "--hidden-size": "8192", "--ffn-hidden-size": "28672",
+                            "--num-attention-heads": "64", "--seq-length": "4096", "--global-batch-size": "32",
+                            "--tensor-model-parallel-size": "8", "--pipeline-model-parallel-size": "4",
+                            "--sequence-parallel": True, "--overlap-grad-reduce": True, "--overlap-param-gather": True,
+                            "--num-layers-per-virtual-pipeline-stage": str(layers_per_chunk)})
+    if layers_per_chunk == 20:
+        del args["--num-layers-per-virtual-pipeline-stage"]
+    out = project(args, 128, "H100")
+    vp, pp, m = out["layout"]["vp"], out["layout"]["pp"], out["layout"]["microbatches"]
+    assert (vp, pp, m) == (20 // layers_per_chunk, 4, 8)
+    comm, t = out["time"]["comm_s"], out["time"]
+    rs, ag = comm["dp_reduce_scatter"], comm["dp_all_gather"]
+    crit = t["bubble_s"] * vp / (pp - 1)  # the bubble is (PP - 1) / VP of a micro-batch's pass
+    hidden = 1 + (vp - 1) * min(pp, m)  # chunk-passes after the first finished chunk's own
+    expected = max(0.0, (rs - 2 / 3 * crit) / vp, rs - 2 / 3 * crit / vp * hidden) + \
+        max(0.0, (ag - 1 / 3 * crit) / vp, ag - 1 / 3 * crit / vp * hidden)
+    assert t["exposed_s"]["dp"] == pytest.approx(expected, rel=1e-9)
+    assert rs > 2 / 3 * crit  # more than a micro-batch's backward: exposed without virtual stages
+    if vp == 1:
+        assert t["exposed_s"]["dp"] == pytest.approx(rs - 2 / 3 * crit + max(0.0, ag - 1 / 3 * crit), rel=1e-9)
+    else:
+        assert t["exposed_s"]["dp"] >= (rs - 2 / 3 * crit) / vp
+        fewer = project(dict(args, **{"--num-layers-per-virtual-pipeline-stage": str(2 * layers_per_chunk)})
+                        if 2 * layers_per_chunk < 20 else {k: v for k, v in args.items()
+                                                           if k != "--num-layers-per-virtual-pipeline-stage"},
+                        128, "H100")
+        assert fewer["time"]["comm_s"]["dp_reduce_scatter"] == pytest.approx(rs)
+        assert t["exposed_s"]["dp"] < fewer["time"]["exposed_s"]["dp"]
 
 
 def broken_rules(tp, pp, cp, gpus, layers, heads, groups, mbs, gbs, sp):
