@@ -315,17 +315,21 @@ def settings(path: Path = SETTINGS) -> dict:
 
 
 def _restaged(args: dict, before: dict) -> dict:
-    """``args`` whose pipeline split the recipe's settings removed, balanced again (over the virtual stages the
-    table's layout had, ``before``) when the layers do not divide by PP x VP and the recipe neither writes a
-    layout nor counts the embedding and loss in the split."""
-    if "--pipeline-model-parallel-layout" in args or any(args.get(flag) is True for flag in
-                                                          ("--account-for-embedding-in-pipeline-split",
-                                                           "--account-for-loss-in-pipeline-split")):
+    """``args`` whose pipeline split the recipe's settings removed, over the virtual stages the table's layout had
+    (``before``): balanced again when the layers do not divide by PP x VP and the recipe neither writes a layout nor
+    counts the embedding and loss in the split; when it counts them, the table's virtual stages as Megatron's
+    ``--virtual-pipeline-model-parallel-size`` (the removed layout was what carried them)."""
+    if "--pipeline-model-parallel-layout" in args:
         return args
     layers, pp = int(args["--num-layers"]), int(args["--pipeline-model-parallel-size"])
     per_stage = args.get("--num-layers-per-virtual-pipeline-stage")
     old = before.get("--pipeline-model-parallel-layout")
     vp = layers // (pp * int(per_stage)) if per_stage else (str(old).count("|") + 1) // pp if old else 1
+    if any(args.get(flag) is True for flag in ("--account-for-embedding-in-pipeline-split",
+                                               "--account-for-loss-in-pipeline-split")):
+        if old and vp > 1 and not per_stage:
+            args = dict(args, **{"--virtual-pipeline-model-parallel-size": str(vp)})
+        return args
     if layers % (pp * vp):
         args = dict(args, **{"--pipeline-model-parallel-layout": balanced_layout(args, layers, pp, vp)})
     return args

@@ -504,6 +504,32 @@ def test_exclusion_rules_are_stated_and_applied():
     assert all(not math.isnan(row.tokens_per_s_per_gpu) for row in dataset.load()[0])
 
 
+def test_every_usable_row_runs_the_parallel_layout_its_table_lists():
+    """Each row's arguments, after its recipe's settings (``published_settings.csv``) are applied, parse to the
+    TP, PP, CP, EP and virtual stages its table lists: a recipe that counts the embedding and the loss in the
+    pipeline split replaces the table's layout, which must not take the table's virtual stages with it. Only a
+    size the recipe's settings name themselves replaces the table's (GPT-OSS-120B's 25.11 B200 preset: EP 64)."""
+    import csv
+    table = {raw["row_id"]: raw for raw in csv.DictReader(open(dataset.CSV, encoding="utf-8", newline=""))}
+    recipes = dataset.settings()
+    flag = {"tp": "--tensor-model-parallel-size", "pp": "--pipeline-model-parallel-size",
+            "cp": "--context-parallel-size", "ep": "--expert-model-parallel-size",
+            "vp": "--virtual-pipeline-model-parallel-size"}
+    checked = {"vp": 0}
+    for row in dataset.load()[0]:
+        raw, gpu = table[row.row_id], hardware.get(row.gpu)
+        job = config.parse(row.args, row.gpus, gpu.name, gpu.gpus_per_node)
+        named = recipes.get(row.row_id, ({},))[0]
+        for key in ("tp", "pp", "cp", "ep", "vp"):
+            listed = raw[key].strip()
+            if flag[key] in named:
+                assert getattr(job, key) == int(named[flag[key]]), (row.row_id, key)
+            elif listed.isdigit():
+                assert getattr(job, key) == int(listed), (row.row_id, row.source_id, key, listed, getattr(job, key))
+                checked[key] = checked.get(key, 0) + 1
+    assert checked["vp"] >= 30 and checked["pp"] >= 80
+
+
 def test_the_embedding_and_the_loss_counted_in_the_split_take_a_layer_from_their_stage():
     """Megatron-LM core_v0.16.1 ``transformer_block.get_num_layers_to_build``: with the embedding and the loss each
     counted as a layer, every virtual stage holds (layers + 2) / (PP x VP) decoder layers but the first, which
