@@ -109,7 +109,8 @@ def logits_bytes(job: Job) -> float:
     native fused one) casts the bf16 logits to fp32 and keeps the fp32 softmax for the backward pass, 2 + 4 bytes
     at the cast; Transformer Engine's (``--cross-entropy-fusion-impl te`` with ``--cross-entropy-loss-fusion``)
     computes the gradient into the bf16 logits in the forward pass and keeps only them (its
-    ``CrossEntropyFunction`` saves the input and per-row statistics), 2 bytes."""
+    ``CrossEntropyFunction`` saves the input and per-row statistics), 2 bytes (until its #3193 of 2026-07, which keeps
+    the gradient in a new fp32 tensor)."""
     return 2.0 if job.cross_entropy == "te" else 6.0
 
 

@@ -78,7 +78,8 @@ KAPPA = 0.1  # share of an overlapped TP / EP transfer that stays exposed (first
 # - native (fusions/fused_cross_entropy.py: the same steps in four jit-fused functions): cast and max 2 + 4, subtract,
 #   exp and sum in place 4 + 4, divide in place 4 + 4, the backward's scale and bf16 cast 4 + 4 + 2
 # - te (pytorch/triton/cross_entropy.py): an online-softmax pass reads the bf16 logits 2, a second pass reads them and
-#   writes the gradient into them 2 + 2; backward: scale the gradient in place 2 + 2
+#   writes the gradient into them 2 + 2; backward: scale the gradient in place 2 + 2 (Transformer Engine until its
+#   #3193 of 2026-07, which writes the gradient to a new fp32 tensor instead: about 22)
 LOSS_BYTES = {"unfused": 52.0, "native": 32.0, "te": 10.0}
 OPT_BYTES = 34.0  # per parameter of the local optimizer shard: fp32 master, Adam m and v, grad read
 THETA = ("gemm_bf16", "gemm_lp", "expert", "gemm_bytes", "attn", "elem", "launch", "moe", "comm", "a2a", "a2a_nccl",
