@@ -194,6 +194,7 @@ def balanced_layout(args: dict, layers: int, pp: int, vp: int) -> str:
 def to_row(row: dict) -> Row:
     """A usable CSV row as Megatron arguments, GPU count and measured tokens/s/GPU."""
     key, source = row["model_key"], row["source_id"]
+    software = software_year(row)
     assumed = []
     layers, hidden, heads = int(row["num_layers"]), int(row["hidden_size"]), int(row["num_attention_heads"])
     seq = _seq(row["seq_len"])
@@ -219,7 +220,7 @@ def to_row(row: dict) -> Row:
         args["--grad-reduce-in-bf16"] = True
     if source.startswith("mbridge_"):
         args.update({"--cross-entropy-loss-fusion": True, "--cross-entropy-fusion-impl": "te"})
-    elif row["framework"].startswith("NeMo") and software_year(row) >= NEMO_2:
+    elif row["framework"].startswith("NeMo") and software >= NEMO_2:
         args["--cross-entropy-loss-fusion"] = True  # NeMo 2.0's GPTConfig: Megatron's native fused loss
     if row["ffn_hidden_size"].strip():
         args["--ffn-hidden-size"] = row["ffn_hidden_size"].strip()
@@ -269,7 +270,7 @@ def to_row(row: dict) -> Row:
         causal = not source.startswith(NON_CAUSAL_SOURCES)
         tokens = _num(row["model_tflops_per_gpu"]) * 1e12 * gbs * seq / model.model_flops(job, causal)
     return Row(row["row_id"], source, key, hw.get(row["gpu_type"]).name, gpus, precision, args, tokens, converted,
-               tuple(assumed), software_year(row))
+               tuple(assumed), software)
 
 
 def software_year(row: dict) -> float:

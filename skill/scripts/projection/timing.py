@@ -268,10 +268,14 @@ def step_time(F: dict, theta: dict) -> dict:
     # but the last chunk's own (rs / vp) has only its last chunk-backward; likewise the parameter all-gathers, chunk
     # k + 1's launched at chunk k's first forward, over forwards (1/3 crit / vp). vp 1: the last micro-batch's backward
     hide = 1.0 + (F["vp"] - 1.0) * np.minimum(F["pp"], m)
-    rs_exposed = np.where(F["overlap_grad"] > 0, np.maximum(0.0, np.maximum(
-        (rs - 2.0 / 3.0 * crit) / F["vp"], rs - 2.0 / 3.0 * crit / F["vp"] * hide)), rs)
-    ag_exposed = np.where(F["overlap_param"] > 0, np.maximum(0.0, np.maximum(
-        (ag - 1.0 / 3.0 * crit) / F["vp"], ag - 1.0 / 3.0 * crit / F["vp"] * hide)), ag)
+
+    def exposed(traffic, overlapped, share):  # share of a micro-batch's pass it hides under: 2/3 backward, 1/3 forward
+        under = share * crit / F["vp"]
+        return np.where(overlapped > 0, np.maximum(0.0, np.maximum(traffic / F["vp"] - under, traffic - under * hide)),
+                        traffic)
+
+    rs_exposed = exposed(rs, F["overlap_grad"], 2.0 / 3.0)
+    ag_exposed = exposed(ag, F["overlap_param"], 1.0 / 3.0)
     optimizer = np.max(F["opt_bytes"], axis=1) / F["hbm"] * col["elem"][:, 0]
     step = m * crit + bubble + rs_exposed + ag_exposed + optimizer + col["step0"][:, 0]
     pick = lambda a: a[rows, crit_rank]  # noqa: E731  the critical rank's value
