@@ -250,6 +250,26 @@ class RayBackend(object):
         """A Ray job names the node its driver ran on, not the nodes its workers used: nothing to check here."""
         return {}
 
+    def _delete(self, run: str, settle_s: float = 15.0) -> None:
+        """Delete a finished job's record on the cluster until it stays gone. Ray's job supervisor writes the
+        stopped job's status once more as it exits (``put_status`` reads the record and writes it back), which can
+        land after a delete and put the record back; so the record must be absent on two looks a second apart, and
+        is deleted again while it is not (for at most ``settle_s``)."""
+        deadline, absent = time.time() + settle_s, 0
+        while absent < 2 and time.time() < deadline:
+            if self._info(run) is None:
+                absent += 1
+            else:
+                absent = 0
+                try:
+                    self.client.delete_job(run)
+                except Exception as exc:
+                    if not _not_found(exc):
+                        raise CheckFailed("deleting Ray job %s at %s failed: %s" % (run, self.address,
+                                                                                   _one_line(exc)))
+            if absent < 2:
+                time.sleep(1.0)
+
     def teardown(self, run_dir: Path, grace_s: float = 30.0) -> Status:
         """Stop the job, copy its logs, record its times in ``teardown.json`` and delete its record on the
         cluster."""
@@ -278,12 +298,7 @@ class RayBackend(object):
                           started=info.start_time / 1000.0 if info.start_time and self._ran(info, run_dir) else None,
                           ended=info.end_time / 1000.0 if info.end_time else time.time())
             if state not in ("pending", "running"):
-                try:
-                    self.client.delete_job(run)
-                except Exception as exc:
-                    if not _not_found(exc):
-                        raise CheckFailed("deleting Ray job %s at %s failed: %s" % (run, self.address,
-                                                                                   _one_line(exc)))
+                self._delete(run)
             else:  # still PENDING: Ray cannot stop it; it ends it after its start timeout
                 record["left_pending"] = True
         (run_dir / "teardown.json").write_text(json.dumps(record))
