@@ -3,14 +3,18 @@
 
 The child gets its inputs by inheritance (fork) and, optionally, one more pickled message sent
 later with ``send``; it returns one picklable value through a pipe. Where ``os.fork`` does not
-exist the function simply runs in the caller. A child that dies or raises makes ``result``
-raise ``BackgroundError``, and the caller decides what to do; nothing is lost silently.
+exist, or the caller has other threads, the function simply runs in the caller: a forked child
+has only the forking thread, so a lock another thread held at the fork (the import lock, a
+logging handler's, a buffered stream's) stays held in the child forever, and the caller would
+wait on it forever. A child that dies or raises makes ``result`` raise ``BackgroundError``, and
+the caller decides what to do; nothing is lost silently.
 """
 
 from __future__ import annotations
 
 import os
 import pickle
+import threading
 import traceback
 
 
@@ -27,7 +31,7 @@ class Background(object):
         self._wants_message = wants_message
         self._local = None
         self._pid = None
-        if not hasattr(os, "fork"):
+        if not hasattr(os, "fork") or threading.active_count() > 1:
             self._local = "pending"
             return
         result_read, result_write = os.pipe()

@@ -235,6 +235,33 @@ def test_metrics_verb_on_a_real_log(readonly_tree):
     assert "triage: crash (line 868): exitcode  : -9" in proc.stdout  # the log's lines name the crash, as in finalize
 
 
+BACKGROUND_PIDS = r"""
+import json, os, sys, threading
+sys.path.insert(0, sys.argv[1])
+from attune.campaign.background import Background
+alone = Background(os.getpid).result()
+stop = threading.Event()
+worker = threading.Thread(target=stop.wait)
+worker.start()
+beside_a_thread = Background(os.getpid).result()
+stop.set()
+worker.join()
+print(json.dumps({"caller": os.getpid(), "alone": alone, "beside_a_thread": beside_a_thread}))
+"""
+
+
+def test_background_work_forks_only_a_process_with_no_other_thread():
+    """A forked child has only the forking thread: a lock another thread held at the fork stays held in the child
+    forever. So a fresh process works in a child, and one with another thread works in the caller. Run in a fresh
+    interpreter, as the CLI runs, since this test process may have threads from other tests."""
+    proc = subprocess.run([sys.executable, "-c", BACKGROUND_PIDS, str(SCRIPTS)], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    pids = json.loads(proc.stdout)
+    assert pids["alone"] != pids["caller"]
+    assert pids["beside_a_thread"] == pids["caller"]
+
+
 def test_background_work_runs_in_the_caller_when_no_process_can_be_forked(monkeypatch, tmp_path):
     import os as os_module
     from attune.campaign import background
