@@ -6,7 +6,9 @@ The recipe is the same RayJob YAML the ``kuberay`` and ``local`` backends run: i
 entrypoint, its ``spec.runtimeEnvYAML`` the job's ``runtime_env`` (``env_vars``, ``working_dir``, ...) and its
 ``spec.entrypointNumCpus`` / ``entrypointNumGpus`` / ``entrypointResources`` what the entrypoint asks of the
 cluster (KubeRay's RayJob fields of the same names). The run id is the job's ``submission_id``; Ray refuses a
-second job with one that exists, and the backend says so. What was submitted is kept in ``runs/<run>/ray.json``.
+second job with one that exists, and the backend says so; a submission whose answer was lost (a timeout, a dropped
+link) is known by the token its metadata carries (``attune_submission``), and stands. What was submitted is kept in
+``runs/<run>/ray.json``. Every request waits at most ``REQUEST_TIMEOUT_S`` (Ray's client sets no limit).
 
 Status reads the job's status, ``driver_exit_code`` and ``message`` (the reason Ray gives for a failure, which
 triage reads). Ray's ``start_time`` is when the job was submitted: a job that waited for resources is charged its
@@ -24,6 +26,7 @@ import json
 import logging
 import os
 import time
+import uuid
 from pathlib import Path
 from typing import Optional
 
@@ -41,6 +44,9 @@ ENTRYPOINT_FIELDS = (("entrypointNumCpus", "entrypoint_num_cpus"), ("entrypointN
                      ("entrypointMemory", "entrypoint_memory"), ("entrypointResources", "entrypoint_resources"))
 # Ray's words for a job that never got the resources its entrypoint asked for (its driver never started)
 NEVER_STARTED = ("JOB_SUPERVISOR_ACTOR_START_TIMEOUT", "JOB_SUPERVISOR_ACTOR_UNSCHEDULABLE")
+# seconds to connect to the job server, and to wait for each read of its answer: Ray's client sets none, so a server
+# that takes the connection and never answers (a hung dashboard, a dropped route) would hold every verb forever
+REQUEST_TIMEOUT_S = (10.0, 60.0)
 
 
 def client_for(address: str):
@@ -53,8 +59,16 @@ def client_for(address: str):
                          "the interpreter the campaign runs (the version of the cluster's Ray)")
     for name in ("ray", "ray.dashboard", "ray.dashboard.modules.dashboard_sdk", "ray._private.runtime_env.packaging"):
         logging.getLogger(name).setLevel(logging.WARNING)  # "Uploading package ..." is not the CLI's to print
+    class TimedClient(JobSubmissionClient):
+        """Ray's client, every request of it (the version check included) with ``REQUEST_TIMEOUT_S``: all of them
+        go through ``_do_request``, which passes its keywords on to ``requests.request``."""
+
+        def _do_request(self, *args, **kwargs):
+            kwargs.setdefault("timeout", REQUEST_TIMEOUT_S)
+            return super(TimedClient, self)._do_request(*args, **kwargs)
+
     try:
-        return JobSubmissionClient(address)
+        return TimedClient(address)
     except Exception as exc:  # ConnectionError, ValueError (a malformed address), RuntimeError from HTTP
         raise InputError("ATTUNE_RAY_ADDRESS=%s: no Ray job server answers there (%s). Fix: give the Ray "
                          "dashboard's address, http://HOST:8265, of a cluster that runs" % (address, _one_line(exc)))
@@ -123,9 +137,11 @@ class RayBackend(object):
         return self._client
 
     def submission(self, run: str, recipe: Recipe) -> dict:
-        """The keyword arguments of ``submit_job`` for ``run``."""
+        """The keyword arguments of ``submit_job`` for ``run``. The metadata's ``attune_submission`` is new for each
+        submission, so a job found under the run's id after a submission failed to answer is known for this one."""
         out = {"entrypoint": recipe.command.text.strip(), "submission_id": run, "runtime_env": runtime_env(recipe),
-               "metadata": {"attune_run": run, "attune_campaign": (self.settings.run_prefix or "").rstrip("-")}}
+               "metadata": {"attune_run": run, "attune_campaign": (self.settings.run_prefix or "").rstrip("-"),
+                            "attune_submission": uuid.uuid4().hex}}
         out.update(entrypoint_resources(recipe))
         return out
 
@@ -141,18 +157,22 @@ class RayBackend(object):
         try:
             self.client.submit_job(**kwargs)
         except Exception as exc:
-            if self._exists(run):
+            found = self._found(run)
+            if found is not None and (found.metadata or {}).get("attune_submission") == \
+                    kwargs["metadata"]["attune_submission"]:
+                return  # the job server took this submission and its answer was lost (a timeout, a dropped link)
+            if found is not None:
                 raise InputError("a Ray job with submission id %s exists already on %s: the run id is taken on the "
                                  "cluster. Fix: a new run id (another ATTUNE_RUN_PREFIX), or delete that job there"
                                  % (run, self.address))
             raise CheckFailed("submitting Ray job %s to %s failed: %s" % (run, self.address, _one_line(exc)))
 
-    def _exists(self, run: str) -> bool:
+    def _found(self, run: str):
+        """The job's record on the cluster; None when there is none or it cannot be read."""
         try:
-            self.client.get_job_info(run)
-            return True
+            return self.client.get_job_info(run)
         except Exception:
-            return False
+            return None
 
     def _info(self, run: str):
         try:

@@ -138,6 +138,57 @@ def test_a_submission_id_that_exists_is_refused_by_name(backend, tmp_path):
     backend.teardown(first)
 
 
+class LostAnswer(object):
+    """The real client, whose submit_job reaches the job server and then loses the answer (as a read timeout or a
+    dropped link does)."""
+
+    def __init__(self, real):
+        self.real = real
+
+    def submit_job(self, **kwargs):
+        import requests
+        self.real.submit_job(**kwargs)
+        raise requests.exceptions.ReadTimeout("Read timed out. (read timeout=60.0)")
+
+    def __getattr__(self, name):
+        return getattr(self.real, name)
+
+
+def test_a_submission_whose_answer_is_lost_is_the_runs_and_another_with_its_id_is_refused(backend, ray_cluster,
+                                                                                          tmp_path):
+    from attune.campaign.raybackend import RayBackend
+
+    lossy = RayBackend(ray_settings(ray_cluster), client=LostAnswer(backend.client))
+    first, second = tmp_path / "a" / "rb-lost", tmp_path / "b" / "rb-lost"
+    first.mkdir(parents=True)
+    second.mkdir(parents=True)
+    lossy.submit("rb-lost", recipe_with(FAKE), first)  # the job server has it: the launch stands
+    assert follow(lossy, first, ("succeeded", "failed")).state == "succeeded"
+    with pytest.raises(InputError, match="a Ray job with submission id rb-lost exists already"):
+        lossy.submit("rb-lost", recipe_with(FAKE), second)  # that job is not this submission's
+    lossy.teardown(first)
+
+
+def test_a_job_server_that_takes_the_connection_and_never_answers_is_an_error_within_the_timeout(monkeypatch):
+    import socket
+
+    from attune.campaign import raybackend
+
+    monkeypatch.setattr(raybackend, "REQUEST_TIMEOUT_S", (2.0, 2.0))
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(8)  # the kernel completes the connection; nothing ever reads or answers
+    address = "http://127.0.0.1:%d" % silent.getsockname()[1]
+    began = time.time()
+    try:
+        with pytest.raises(InputError, match="ATTUNE_RAY_ADDRESS=%s: no Ray job server answers there .*timed out"
+                           % address):
+            raybackend.client_for(address)
+    finally:
+        silent.close()
+    assert time.time() - began < 30
+
+
 def test_a_hung_run_is_torn_down_and_charged_what_it_used(ray_cluster, tmp_path):
     for campaign, made in local_campaign(tmp_path, FAKE.replace("FAKE_MODE: ok", "FAKE_MODE: hang"), "rh-",
                                          "ray-hang", ATTUNE_BACKEND="ray", ATTUNE_RAY_ADDRESS=ray_cluster.address):
