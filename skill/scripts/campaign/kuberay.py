@@ -13,6 +13,9 @@ read-only), by exec through the API: never from anything the agent wrote. A run'
 progress (seconds since the log last changed, for hang detection) is read there too, against the
 log pod's own clock. Teardown records the RayJob's start and end times (``teardown.json``) before
 deleting it, so a run torn down before it ended is still charged its time.
+
+Every API call has ``REQUEST_TIMEOUT_S`` (the client sets none: an API server that takes the connection and never
+answers would hold every verb forever), and a call the server never answered is a ``CheckFailed`` naming it.
 """
 
 from __future__ import annotations
@@ -36,6 +39,35 @@ from .backends import BACKENDS, Status
 GROUP, VERSION, PLURAL = "ray.io", "v1", "rayjobs"
 DEFAULTS = {"shutdownAfterJobFinishes": True, "ttlSecondsAfterFinished": 600, "activeDeadlineSeconds": 3600}
 LABEL_CAMPAIGN, LABEL_RUN = "attune.dev/campaign", "attune.dev/run"
+# seconds to connect to the API server, and to wait for each read of its answer
+REQUEST_TIMEOUT_S = (10.0, 60.0)
+
+
+class TimedApi(object):
+    """A ``kubernetes`` API object whose calls each wait at most ``REQUEST_TIMEOUT_S`` and whose transport failures
+    (urllib3's errors: no answer, a dropped connection) are a ``CheckFailed`` naming the server and the call. The
+    ``connect_*`` methods are given as they are: exec streams (``kubernetes.stream.stream``) need the bound method,
+    and read their own answers with timeouts of their own."""
+
+    def __init__(self, api):
+        self._api = api
+
+    def __getattr__(self, name):
+        attr = getattr(self._api, name)
+        if name.startswith("connect_") or not callable(attr):
+            return attr
+
+        def call(*args, **kwargs):
+            import urllib3
+            kwargs.setdefault("_request_timeout", REQUEST_TIMEOUT_S)
+            try:
+                return attr(*args, **kwargs)
+            except urllib3.exceptions.HTTPError as exc:
+                text = " ".join(str(exc).split())[:300] or type(exc).__name__
+                raise CheckFailed("the Kubernetes API at %s did not answer %s: %s. Fix: check that the API server "
+                                  "answers (`kubectl get --raw /version`)" % (self._api.api_client.configuration.host,
+                                                                           name, text))
+        return call
 
 
 def _epoch(text: Optional[str]) -> Optional[float]:
@@ -101,8 +133,8 @@ class KubeRayBackend(object):
                 raise InputError("ATTUNE_KUBE_CONTEXT=%s: cannot load it from the kubeconfig (%s). Fix: check "
                                  "`kubectl config get-contexts` and KUBECONFIG" % (settings.kube_context, exc))
         from kubernetes import client
-        self.custom = client.CustomObjectsApi(api_client)
-        self.core = client.CoreV1Api(api_client)
+        self.custom = TimedApi(client.CustomObjectsApi(api_client))
+        self.core = TimedApi(client.CoreV1Api(api_client))
         self.namespace = settings.namespace
 
     def check(self, recipe: Recipe) -> None:

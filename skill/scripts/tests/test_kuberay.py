@@ -422,3 +422,35 @@ def test_the_replay_reads_every_log_again_through_the_log_pod(kube, cluster_camp
     mismatch = replay.replay(campaign, settings).mismatch
     assert mismatch.field == "evidence" and mismatch.evidence == "%s (through log pod log-reader)" % remote
     assert "No such file" in mismatch.note
+
+
+def test_an_api_server_that_takes_the_connection_and_never_answers_is_an_error_within_the_timeout(monkeypatch,
+                                                                                                   tmp_path):
+    import socket
+    import time
+
+    from kubernetes import client
+
+    from attune.campaign import kuberay
+
+    monkeypatch.setattr(kuberay, "REQUEST_TIMEOUT_S", (2.0, 2.0))
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(8)  # the kernel completes the connection; nothing ever reads or answers
+    configuration = client.Configuration()
+    configuration.host = "http://127.0.0.1:%d" % silent.getsockname()[1]
+    configuration.retries = 0
+    settings = make_settings(ATTUNE_BACKEND="kuberay", ATTUNE_KUBE_CONTEXT="test", ATTUNE_NAMESPACE="ml-tuning",
+                             ATTUNE_IMAGE="registry.example.com/megatron:25.04", ATTUNE_SHARED_DIR="/mnt/shared",
+                             AUTOTUNE_LOG_POD="log-reader", ATTUNE_RUN_PREFIX="alice-llama8b-")
+    backend = KubeRayBackend(settings, api_client=client.ApiClient(configuration))
+    run_dir = tmp_path / "alice-llama8b-r009"
+    run_dir.mkdir()
+    began = time.time()
+    try:
+        with pytest.raises(CheckFailed, match="the Kubernetes API at %s did not answer get_namespaced_custom_object: "
+                           ".*timed out" % configuration.host):
+            backend.status(run_dir)
+    finally:
+        silent.close()
+    assert time.time() - began < 30
