@@ -15,7 +15,9 @@ log pod's own clock. Teardown records the RayJob's start and end times (``teardo
 deleting it, so a run torn down before it ended is still charged its time.
 
 Every API call has ``REQUEST_TIMEOUT_S`` (the client sets none: an API server that takes the connection and never
-answers would hold every verb forever), and a call the server never answered is a ``CheckFailed`` naming it.
+answers would hold every verb forever), and a call the server never answered is a ``CheckFailed`` naming it. An exec
+stream (a log read, ``kube exec``) silent for ``EXEC_SILENCE_S`` is closed and is a ``CheckFailed``, and a log copy
+it was writing is removed.
 """
 
 from __future__ import annotations
@@ -41,6 +43,28 @@ DEFAULTS = {"shutdownAfterJobFinishes": True, "ttlSecondsAfterFinished": 600, "a
 LABEL_CAMPAIGN, LABEL_RUN = "attune.dev/campaign", "attune.dev/run"
 # seconds to connect to the API server, and to wait for each read of its answer
 REQUEST_TIMEOUT_S = (10.0, 60.0)
+# seconds an exec stream may stay open without sending a byte before it is closed as stuck (a command hung on the
+# shared volume)
+EXEC_SILENCE_S = 300.0
+
+
+def _drain(resp, on_stdout, errors: list, what: str) -> None:
+    """Read an exec stream to its end: stdout to ``on_stdout``, stderr into ``errors``. A stream open and silent for
+    ``EXEC_SILENCE_S`` is closed and is a ``CheckFailed`` naming ``what``."""
+    heard = time.monotonic()
+    while resp.is_open():
+        resp.update(timeout=5)
+        if resp.peek_stdout():
+            on_stdout(resp.read_stdout())
+            heard = time.monotonic()
+        if resp.peek_stderr():
+            errors.append(resp.read_stderr())
+            heard = time.monotonic()
+        if time.monotonic() - heard > EXEC_SILENCE_S:
+            resp.close()
+            raise CheckFailed("%s sent nothing for %.0f s and was stopped: the command is stuck (a shared volume "
+                              "that does not answer?). Fix: check the volume from the pod, then retry"
+                              % (what, EXEC_SILENCE_S))
 
 
 class TimedApi(object):
@@ -231,12 +255,7 @@ class KubeRayBackend(object):
                               % (" ".join(command), "log pod" if pod == self.settings.log_pod else "pod", pod,
                                  exc.status, exc.reason))
         out, err = [], []
-        while resp.is_open():
-            resp.update(timeout=5)
-            if resp.peek_stdout():
-                out.append(resp.read_stdout())
-            if resp.peek_stderr():
-                err.append(resp.read_stderr())
+        _drain(resp, out.append, err, "exec %s in pod %s" % (" ".join(command), pod))
         out.append(resp.read_stdout() or "")
         code = resp.returncode
         resp.close()
@@ -337,14 +356,13 @@ class KubeRayBackend(object):
                       command=["cat", remote], stderr=True, stdin=False, stdout=True, tty=False,
                       _preload_content=False, binary=True)
         errors = []
-        with open(tmp, "wb") as handle:
-            while resp.is_open():
-                resp.update(timeout=5)
-                if resp.peek_stdout():
-                    handle.write(resp.read_stdout())
-                if resp.peek_stderr():
-                    errors.append(resp.read_stderr())
-            handle.write(resp.read_stdout() or b"")
+        try:
+            with open(tmp, "wb") as handle:
+                _drain(resp, handle.write, errors, "reading %s through log pod %s" % (remote, self.settings.log_pod))
+                handle.write(resp.read_stdout() or b"")
+        except CheckFailed:
+            tmp.unlink()
+            raise
         code = resp.returncode
         resp.close()
         if code not in (0, None):

@@ -71,6 +71,8 @@ class FakeKube(object):
         self.create_status = None  # e.g. 409 to script a conflict
         self.pod_polls_until_gone = 0
         self.files = {}  # (pod, path) -> bytes served by `cat` through exec
+        self.stuck = set()  # (pod, path) whose `cat` sends the file's bytes and then holds the stream open, silent
+        self.released = threading.Event()  # set by close(): stuck streams end
         self.pod_logs = {}  # pod -> its log text (GET .../pods/NAME/log, tailLines honoured)
         self.pod_nodes = {}  # pod name -> node name
         self.pod_gpus = {}  # pod name -> nvidia.com/gpu limit
@@ -202,6 +204,9 @@ class FakeKube(object):
                 data, error = fake.run_command(pod, command)
                 for start in range(0, len(data), 65536):
                     self.wfile.write(ws_frame(b"\x01" + data[start:start + 65536]))
+                if command[:1] == ["cat"] and (pod, command[-1]) in fake.stuck:
+                    self.wfile.flush()
+                    fake.released.wait()
                 if error is not None:
                     self.wfile.write(ws_frame(b"\x02" + error))
                     status = {"status": "Failure", "reason": "NonZeroExitCode",
@@ -353,5 +358,6 @@ class FakeKube(object):
         return client.ApiClient(configuration)
 
     def close(self):
+        self.released.set()
         self.server.shutdown()
         self.server.server_close()

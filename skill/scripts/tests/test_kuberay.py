@@ -122,6 +122,24 @@ def test_the_log_is_read_through_the_log_pod(kube, backend, tmp_path):
     assert not (missing / "log.txt").exists()
 
 
+def test_a_log_read_that_sticks_is_stopped_and_leaves_no_partial_copy(kube, backend, tmp_path, monkeypatch):
+    import time
+
+    from attune.campaign import kuberay
+
+    monkeypatch.setattr(kuberay, "EXEC_SILENCE_S", 2.0)
+    run_dir = tmp_path / "alice-llama8b-r010"
+    run_dir.mkdir()
+    remote = "/mnt/shared/alice-llama8b-r010/log.txt"
+    kube.files[("log-reader", remote)] = b" [2026-09-21 10:00:00] iteration 1/20 | lm loss: 9.5\n"
+    kube.stuck.add(("log-reader", remote))  # the bytes, then an open stream that says nothing more
+    began = time.time()
+    with pytest.raises(CheckFailed, match="reading %s through log pod log-reader sent nothing for 2 s" % remote):
+        backend.log_path(run_dir)
+    assert time.time() - began < 30
+    assert sorted(p.name for p in run_dir.iterdir()) == []  # neither log.txt nor log.txt.partial
+
+
 # ------------------------------------------------------------------ the lifecycle through the verbs
 LINE = (" [2026-11-02 09:00:{sec:02d}] iteration {it:8d}/      20 | consumed samples: {cs:12d} | elapsed time per "
         "iteration (ms): {ms:.1f} | learning rate: 3.000000E-04 | global batch size:   128 | lm loss: {loss:.6E} | "
