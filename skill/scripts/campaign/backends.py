@@ -51,6 +51,9 @@ class Status:
         return out
 
 
+# seconds a cluster backend's request waits to connect, and for each read of the answer: neither the kubernetes client
+# nor Ray's job client sets a limit, and a server that takes the connection and never answers would hold every verb
+REQUEST_TIMEOUT_S = (10.0, 60.0)
 SIMULATOR_ENV = "ATTUNE_SIM_"  # the SIMULATED workload's inputs (hardware, seed, fault, speed): the recipe's own
 
 

@@ -33,16 +33,15 @@ from typing import Optional
 import yaml
 
 from attune.core.errors import CheckFailed, InputError
+from attune.core.files import one_line
 from attune.core.recipe import Recipe
 
 from . import backends as backends_mod
-from .backends import BACKENDS, Status
+from .backends import BACKENDS, REQUEST_TIMEOUT_S, Status
 
 GROUP, VERSION, PLURAL = "ray.io", "v1", "rayjobs"
 DEFAULTS = {"shutdownAfterJobFinishes": True, "ttlSecondsAfterFinished": 600, "activeDeadlineSeconds": 3600}
 LABEL_CAMPAIGN, LABEL_RUN = "attune.dev/campaign", "attune.dev/run"
-# seconds to connect to the API server, and to wait for each read of its answer
-REQUEST_TIMEOUT_S = (10.0, 60.0)
 # seconds an exec stream may stay open without sending a byte before it is closed as stuck (a command hung on the
 # shared volume)
 EXEC_SILENCE_S = 300.0
@@ -87,10 +86,9 @@ class TimedApi(object):
             try:
                 return attr(*args, **kwargs)
             except urllib3.exceptions.HTTPError as exc:
-                text = " ".join(str(exc).split())[:300] or type(exc).__name__
                 raise CheckFailed("the Kubernetes API at %s did not answer %s: %s. Fix: check that the API server "
                                   "answers (`kubectl get --raw /version`)" % (self._api.api_client.configuration.host,
-                                                                           name, text))
+                                                                           name, one_line(exc)[:300]))
         return call
 
 

@@ -36,7 +36,7 @@ from attune.core.errors import CheckFailed, InputError
 from attune.core.recipe import Recipe
 
 from . import backends as backends_mod
-from .backends import BACKENDS, Status
+from .backends import BACKENDS, REQUEST_TIMEOUT_S, Status
 
 STATES = {"PENDING": "pending", "RUNNING": "running", "SUCCEEDED": "succeeded", "FAILED": "failed",
           "STOPPED": "failed"}
@@ -44,9 +44,6 @@ ENTRYPOINT_FIELDS = (("entrypointNumCpus", "entrypoint_num_cpus"), ("entrypointN
                      ("entrypointMemory", "entrypoint_memory"), ("entrypointResources", "entrypoint_resources"))
 # Ray's words for a job that never got the resources its entrypoint asked for (its driver never started)
 NEVER_STARTED = ("JOB_SUPERVISOR_ACTOR_START_TIMEOUT", "JOB_SUPERVISOR_ACTOR_UNSCHEDULABLE")
-# seconds to connect to the job server, and to wait for each read of its answer: Ray's client sets none, so a server
-# that takes the connection and never answers (a hung dashboard, a dropped route) would hold every verb forever
-REQUEST_TIMEOUT_S = (10.0, 60.0)
 
 
 def client_for(address: str):
