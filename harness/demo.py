@@ -60,9 +60,10 @@ def prepare(directory: Path, model: str = "llama3-70b", budget_gpuh: float = Non
     text = (SIMULATE / "recipes" / template).read_text(encoding="utf-8")
     program = SIMULATE / ("sim_slime.py" if model in SLIME_DEMOS else "sim_megatron.py")
     text = text.format(python=sys.executable, sim=program)
-    if model in WHOLE_LOOP_DEMOS:  # the whole loop saves its rollouts, which the gate's replays train on
+    if model in WHOLE_LOOP_DEMOS:  # the whole loop saves its rollouts, which the gate's replays train on: each run
+        # into its own working folder (a relative path), the one place a confined local run writes
         text = text.replace("--num-rollout 5 ", "--num-rollout 5 --save-debug-rollout-data %s "
-                            % (directory / "saved-rollouts" / "{rollout_id}.pt"), 1)
+                            % "saved-rollouts/{rollout_id}.pt", 1)
     elif model in SLIME_DEMOS:  # train-only: every candidate trains on the same (frozen) rollouts
         text = text.replace("--num-rollout 5 ", "--num-rollout 5 --load-debug-rollout-data %s " % FROZEN_ROLLOUTS, 1)
     baseline.write_text(text, encoding="utf-8")

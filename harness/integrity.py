@@ -55,6 +55,7 @@ import hashlib
 import json
 import os
 import sys
+import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 if os.path.join(HERE, "hooks") not in sys.path:
@@ -66,6 +67,7 @@ if HERE not in sys.path:
     sys.path.insert(0, HERE)
 try:
     import campaign_files  # noqa: E402
+    import integrity_key  # noqa: E402
     import user_settings  # noqa: E402
     from integrity_logs import RecordError, _append_only_record, _chain, _core, _verify_append_only  # noqa: E402,F401
     from integrity_files import (  # noqa: E402
@@ -89,7 +91,7 @@ SKILL_TREE = campaign_files.STATE + "/skill"
 HARNESS_TREE = campaign_files.STATE + "/harness"
 # The static protected roots: trees are walked (symlinks recorded, never followed).
 STATIC_ROOTS = (SKILL_TREE, HARNESS_TREE, campaign_files.SETTINGS, campaign_files.STATE + "/claude_settings.json",
-                campaign_files.STATE + "/bin") + tuple(campaign_files.AGENT_CONFIG)
+                campaign_files.STATE + "/bin", campaign_files.BASELINE) + tuple(campaign_files.AGENT_CONFIG)
 
 
 # ---------------------------------------------------------------------------------- helpers
@@ -98,14 +100,25 @@ def _now():
 
 
 def _atomic_write_json(path, data):
+    """``data`` as JSON at ``path``, whole or not at all: an exclusive temporary file of an unpredictable name beside
+    it (never one planted in advance), renamed over it; a ``path`` that is a symbolic link is refused."""
     directory = os.path.dirname(path)
-    tmp = "%s.tmp-%d" % (path, os.getpid())
-    with open(tmp, "w", encoding="utf-8") as handle:
-        json.dump(data, handle, indent=1, sort_keys=True, default=str)
-        handle.write("\n")
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
+    if os.path.islink(path):
+        raise OSError(errno.ELOOP, "%s is a symbolic link; the harness writes no record through a link" % path)
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix="." + os.path.basename(path) + ".", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            json.dump(data, handle, indent=1, sort_keys=True, default=str)
+            handle.write("\n")
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
     try:
         fd = os.open(directory, os.O_RDONLY)
     except OSError:
@@ -143,12 +156,36 @@ def record(campaign_dir, session=False):
     state = _join(campaign_dir, campaign_files.STATE)
     if not os.path.isdir(state):
         os.makedirs(state)
+    _sign(campaign_dir, data)
     _atomic_write_json(_join(campaign_dir, INTEGRITY), data)
     return data
 
 
-def load_record(campaign_dir):
-    """The integrity record as a dict; raises ``ValueError`` (with the reason) when unusable."""
+def _sign(campaign_dir, data):
+    """Set ``key_id`` and ``mac``: the campaign keeps the key of its earlier record, and gets a new one only when it
+    has none (a record is re-taken only after ``verify`` passed, so a key that went missing fails first)."""
+    key_id = None
+    try:
+        key_id = load_record(campaign_dir, keyed=False).get("key_id")
+        integrity_key.key_path(key_id)
+    except (ValueError, integrity_key.KeyProblem):
+        key_id = None
+    try:
+        if key_id is None:
+            key_id = integrity_key.new_key_id()
+            key = integrity_key.create(key_id)
+        else:
+            key = integrity_key.load(key_id)
+    except integrity_key.KeyProblem as exc:
+        raise RecordError("%s; the record is not re-taken. Fix: restore the key, or start a new campaign" % exc)
+    data["key_id"] = key_id
+    data.pop("mac", None)
+    data["mac"] = integrity_key.sign(data, key)
+
+
+def load_record(campaign_dir, keyed=True):
+    """The integrity record as a dict; raises ``ValueError`` (with the reason) when unusable, and (``keyed``) when
+    its MAC is not the campaign key's (``integrity_key``)."""
     path = _join(os.fspath(campaign_dir), INTEGRITY)
     try:
         with open(path, "r", encoding="utf-8") as handle:
@@ -164,6 +201,10 @@ def load_record(campaign_dir):
     for key in ("static", "append_only", "prompts"):
         if not isinstance(data.get(key), dict):
             raise ValueError("the integrity record has no %r section" % key)
+    if keyed:
+        why = integrity_key.check(data)
+        if why is not None:
+            raise ValueError("the integrity record is not the launcher's: %s" % why)
     return data
 
 
@@ -406,11 +447,10 @@ def reprompt(campaign_dir):
     of the record is kept). Returns the ledger row, or None when nothing changed. With no record yet,
     records the campaign and returns None."""
     campaign_dir = os.fspath(campaign_dir)
-    try:
-        rec = load_record(campaign_dir)
-    except ValueError:
+    if not os.path.lexists(_join(campaign_dir, INTEGRITY)):
         record(campaign_dir)
         return None
+    rec = load_record(campaign_dir)  # a record that is not the launcher's is never re-signed
     found = _prompt_snapshot(campaign_dir)
     changes = []
     files = {}
@@ -431,6 +471,7 @@ def reprompt(campaign_dir):
     row = _append_ledger(campaign_dir, "prompts_changed", detail, files)
     rec["prompts"] = found
     rec["prompts_recorded_at"] = _now()
+    _sign(campaign_dir, rec)
     _atomic_write_json(_join(campaign_dir, INTEGRITY), rec)
     return row
 

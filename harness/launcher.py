@@ -107,10 +107,13 @@ def hook_settings(directory: Path, settings, env=None) -> dict:
                                                   "command": "%s -B -S %s" % (python, hooks / "pre_tool_use.py")}]}],
         "Stop": [{"hooks": [{"type": "command", "timeout": 120, "command": "%s -B -S %s" % (python, hooks / "stop.py")}]}],
     }}
-    out["permissions"] = {"allow": ["Bash(%s:*)" % sandbox.VERB]}
-    if not settings.allow_web:
-        out["permissions"]["deny"] = ["WebFetch", "WebSearch"]
     out["sandbox"] = sandbox.settings(directory, env)
+    # the file tools (Read, Grep, Glob, Edit, Write) run outside the Bash sandbox: every path it denies reading is
+    # denied to them too, and /proc (Claude Code's own environment, which holds its API key, is /proc/self/environ)
+    out["permissions"] = {"allow": ["Bash(%s:*)" % sandbox.VERB],
+                          "deny": sandbox.file_tool_rules(out["sandbox"]["filesystem"]["denyRead"] + ["/proc"])}
+    if not settings.allow_web:
+        out["permissions"]["deny"] = ["WebFetch", "WebSearch"] + out["permissions"]["deny"]
     return out
 
 

@@ -23,6 +23,9 @@ SETTINGS = ".attune/settings.env"
 INTEGRITY = ".attune/integrity.json"
 VIOLATION = ".attune/integrity_violation.json"
 SESSIONS = ".attune/sessions.jsonl"
+# the baseline recipe as the campaign started with it: every baseline launch reads this copy (never the file the
+# settings name, which may sit where the agent can write), and the first ledger row holds its SHA-256
+BASELINE = ".attune/baseline.yaml"
 
 APPEND_ONLY = ("ledger.jsonl", "gpu_hours.jsonl", "levers.md")
 HEADS = ("ledger.jsonl.head", "gpu_hours.jsonl.head")

@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent
 sys.path.insert(0, str(REPO / "skill" / "scripts"))
@@ -19,6 +21,11 @@ import integrity  # noqa: E402
 
 from attune.core import levers as levers_mod
 from attune.campaign import ranking as ranking_mod, snapshot as snapshot_mod  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def _own_key_dir(tmp_path, monkeypatch):  # the integrity keys (harness/integrity_key.py) under tmp_path, not in HOME
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
 
 
 def run_demo(directory: Path, *extra) -> subprocess.CompletedProcess:

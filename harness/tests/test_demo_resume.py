@@ -4,14 +4,22 @@ at the end of the finished campaign resumes it too, and launches nothing."""
 
 from __future__ import annotations
 
+import pytest
 import json
 import os
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent
+
+
+@pytest.fixture(autouse=True)
+def _own_key_dir(tmp_path, monkeypatch):  # the integrity keys (harness/integrity_key.py) under tmp_path, not in HOME
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
 
 
 def bare_env(**extra) -> dict:

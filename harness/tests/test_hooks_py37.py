@@ -33,13 +33,18 @@ if HERE not in sys.path:
 import guard_cases  # noqa: E402
 
 SCRIPTS = os.path.abspath(os.path.join(HERE, os.pardir, os.pardir, "skill", "scripts"))
-# what the hooks import of the skill: its loader, the package and its kernel's state, chained log and schema
+# what the hooks import of the skill: its loader, the package and its kernel's state, chained log (and the safe
+# writer it writes through) and schema
 KERNEL = ["attune.py", "__init__.py", "core/__init__.py", "core/state.py", "core/chainlog.py", "core/schema.py",
-          "core/errors.py"]
+          "core/errors.py", "core/files.py"]
 HOOK_FILES = sorted(glob.glob(os.path.join(HOOKS, "*.py")) + glob.glob(os.path.join(HOOKS, "guard", "*.py")))
 HOOK_IDS = [os.path.relpath(path, HOOKS).replace(os.sep, "/") for path in HOOK_FILES]
 HOOK_FILES += [os.path.join(SCRIPTS, name) for name in KERNEL]
 HOOK_IDS += ["skill/scripts/" + name for name in KERNEL]
+# what the Stop hook imports of the harness: the integrity check, its key and the user's Claude Code settings
+HARNESS_FILES = ["integrity.py", "integrity_files.py", "integrity_logs.py", "integrity_key.py", "user_settings.py"]
+HOOK_FILES += [os.path.join(os.path.dirname(HOOKS), name) for name in HARNESS_FILES]
+HOOK_IDS += ["harness/" + name for name in HARNESS_FILES]
 VERMIN_ARGS = ["--target=3.7-", "--violations", "--eval-annotations", "--no-tips", "-q", "--no-config-file"]
 
 

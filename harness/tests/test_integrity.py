@@ -27,6 +27,11 @@ from attune.campaign.ledger import Campaign  # noqa: E402
 SKILL_FILE = ".attune/skill/scripts/core/measure.py"
 
 
+@pytest.fixture(autouse=True)
+def _own_key_dir(tmp_path, monkeypatch):  # the integrity keys (harness/integrity_key.py) under tmp_path, not in HOME
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+
+
 @pytest.fixture(scope="module")
 def template(tmp_path_factory):
     return fx.build_template(tmp_path_factory.mktemp("integrity-template"))

@@ -36,7 +36,8 @@ def setup(tmp_path, mode="ok"):
     env = {k: v for k, v in os.environ.items() if not k.startswith(("ATTUNE_", "AUTOTUNE_"))}
     env.update({"ATTUNE_BACKEND": "local", "ATTUNE_RUN_PREFIX": "t-", "ATTUNE_BASELINE_YAML": str(baseline),
                 "AUTOTUNE_BUDGET": "20", "AUTOTUNE_ALLOW_WEB": "0", "ATTUNE_PYTHON": sys.executable,
-                "ATTUNE_CLAUDE_BIN": str(fake_claude(tmp_path / "claude"))})
+                "ATTUNE_CLAUDE_BIN": str(fake_claude(tmp_path / "claude")),
+                "XDG_STATE_HOME": str(tmp_path / "state")})  # the integrity keys (harness/integrity_key.py)
     return tmp_path / "campaign", env
 
 
@@ -76,7 +77,11 @@ def test_prepare_lays_out_the_campaign(tmp_path):
     hooks = json.loads((directory / ".attune" / "claude_settings.json").read_text())
     assert "pre_tool_use.py" in hooks["hooks"]["PreToolUse"][0]["hooks"][0]["command"]
     assert "stop.py" in hooks["hooks"]["Stop"][0]["hooks"][0]["command"]
-    assert hooks["permissions"]["deny"] == ["WebFetch", "WebSearch"]
+    deny = hooks["permissions"]["deny"]
+    assert deny[:2] == ["WebFetch", "WebSearch"]
+    for secret in hooks["sandbox"]["filesystem"]["denyRead"]:  # the file tools are kept off what Bash may not read
+        assert "Read(/%s/**)" % secret in deny and "Edit(/%s)" % secret in deny, secret
+    assert (directory / ".attune" / "baseline.yaml").read_bytes() == (tmp_path / "baseline.yaml").read_bytes()
     assert (directory / "goal_prompt.txt").is_file() and (directory / "resume_prompt.txt").is_file()
     assert (directory / ".attune" / "integrity.json").is_file() and (directory / ".attune" / "settings.env").is_file()
     assert launch(directory, env, "--prepare")[0] == 0, "preparing twice changes nothing"

@@ -9,10 +9,17 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 import integrity_fixtures as fx  # noqa: F401  (puts skill/scripts and harness on sys.path)
 from factory import Builder
 
 HOOK = Path(__file__).resolve().parent.parent / "hooks" / "stop.py"
+
+
+@pytest.fixture(autouse=True)
+def _own_key_dir(tmp_path, monkeypatch):  # the integrity keys (harness/integrity_key.py) under tmp_path, not in HOME
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
 
 
 def run_hook(directory, event=None):

@@ -31,6 +31,11 @@ from attune.core import state  # noqa: E402
 LEDGERS = 1000
 
 
+@pytest.fixture(autouse=True)
+def _own_key_dir(tmp_path, monkeypatch):  # the integrity keys (harness/integrity_key.py) under tmp_path, not in HOME
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+
+
 def _random_campaign(directory, seed, record_stop=True):
     """A random campaign; with ``record_stop`` False, it ends where its stop would be recorded."""
     rng = random.Random(seed)

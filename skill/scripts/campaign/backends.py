@@ -13,6 +13,7 @@ import dataclasses
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -20,7 +21,9 @@ import time
 from pathlib import Path
 from typing import Optional
 
-from attune.core.errors import InputError
+from attune.campaign import localrun
+from attune.core import files, secrets
+from attune.core.errors import CheckFailed, InputError
 from attune.core.recipe import Recipe
 
 LOCALRUN = Path(__file__).resolve().parent / "localrun.py"
@@ -72,30 +75,60 @@ def ambient_training_env(recipe_env: dict, environ=None) -> list:
 class LocalBackend(object):
     """A run is ``localrun.py`` as a session leader, with the training command in its group. Its environment is the
     launching process's, less the training variables the recipe does not set (``ambient_training_env``), plus the
-    recipe's own."""
+    recipe's own. Its working folder is ``work/`` in its run directory. With ``ATTUNE_LOCAL_CONFINE=on`` (the
+    default) the command runs confined, in a bubblewrap sandbox of its own (``localrun.sandbox_argv``: it writes
+    only ``work/``, ``pod_hooks/`` and its ``tmp/``, reaches no network beyond its own loopback, and its log is
+    copied from its output, never written by it); ``local.json`` records ``confined`` and the sandbox's command."""
 
     name = "local"
 
     def __init__(self, settings=None):
         self.settings = settings
 
+    def confined(self) -> bool:
+        """Whether local runs run confined: ``ATTUNE_LOCAL_CONFINE`` (on unless set off)."""
+        return getattr(self.settings, "local_confine", "on") != "off"
+
     def check(self, recipe: Recipe) -> None:
-        """What this backend refuses in a recipe, before anything is written: nothing here."""
+        """What this backend refuses before anything is written: any launch while local runs are to run confined
+        and bubblewrap cannot make their sandbox on this host (``CheckFailed`` naming what failed and the fix). A
+        run never falls back to running unconfined."""
+        if not self.confined():
+            return
+        problem = localrun.sandbox_unavailable(shutil.which("bwrap"))
+        if problem:
+            raise CheckFailed("launch refused: local runs run confined (ATTUNE_LOCAL_CONFINE=on), and %s. Fix: %s; or, "
+                              "to run local jobs unconfined on purpose (a job can then write any file of yours, reach "
+                              "the network and rewrite its own log), set ATTUNE_LOCAL_CONFINE=off in the config.env of "
+                              "a new campaign" % problem)
 
     def submit(self, run: str, recipe: Recipe, run_dir: Path) -> None:
         if (run_dir / "local.json").exists():
             raise InputError("run %s was submitted already (%s exists)" % (run, run_dir / "local.json"))
         env = recipe.env()
-        spec = {"command": recipe.command.text, "env": env, "unset": ambient_training_env(env), "cwd": str(run_dir),
-                "memory_limit_mb": memory_limit_mb(self.settings)}
-        (run_dir / "local.json").write_text(json.dumps(spec, indent=2))
+        top = Path(os.path.realpath(str(run_dir)))
+        work, hooks, tmp = (str(top / name) for name in (localrun.WORK, localrun.HOOKS, localrun.TMP))
+        # the launching shell's credential variables never reach the run, unless its recipe sets them
+        unset = ambient_training_env(env) + [name for name in secrets.CREDENTIAL_VARS
+                                             if name in os.environ and name not in env]
+        spec = {"command": recipe.command.text, "env": env, "unset": unset, "cwd": work,
+                "memory_limit_mb": memory_limit_mb(self.settings), "confined": self.confined(),
+                "writable": [work, hooks]}
+        if spec["confined"]:
+            bwrap = shutil.which("bwrap")
+            if not bwrap:
+                raise CheckFailed("bubblewrap (bwrap) is no longer on PATH: a confined run cannot start. Fix: install "
+                                  "it again (apt-get install bubblewrap)")
+            hidden = secrets.paths(os.environ) + secrets.socket_paths(os.environ)
+            spec.update(tmp=tmp, sandbox=localrun.sandbox_argv(bwrap, [work, hooks], tmp, work, hidden))
+        files.write_text(run_dir / "local.json", json.dumps(spec, indent=2))
         proc = subprocess.Popen([sys.executable, str(LOCALRUN), str(run_dir)], start_new_session=True,
                                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         # which process this is, beyond its number: a pid is reused once its process is gone, and a stale number
         # must never lead status to call another process this run, or teardown to signal another process group
         identity = {"pid": proc.pid, "start_ticks": _start_ticks(proc.pid), "boot_id": _boot_id()}
-        (run_dir / "process.json").write_text(json.dumps(identity))
-        (run_dir / "pid").write_text(str(proc.pid))
+        files.write_text(run_dir / "process.json", json.dumps(identity))
+        files.write_text(run_dir / "pid", str(proc.pid))
 
     def log_path(self, run_dir: Path) -> Path:
         return run_dir / "log.txt"
@@ -143,11 +176,12 @@ class LocalBackend(object):
         """Stop the run's whole process group (TERM, then KILL after ``grace_s``), then every other process of the
         run (``ATTUNE_LOCAL_RUN`` in its environment: workers a launcher started in sessions of their own, which
         a KILL of the launcher leaves running) the same way, and confirm they are gone. A run lost (its leader
-        ended without a record) has what it left behind ended too."""
+        ended without a record) has what it left behind ended too. A confined run's temporary folder goes with it."""
         before = self.status(run_dir)
         if before.done:
             if before.state == "lost":
                 _end_marked(run_dir, grace_s)
+                shutil.rmtree(str(run_dir / localrun.TMP), ignore_errors=True)
             return before
         pid = int((run_dir / "pid").read_text())
 
@@ -166,7 +200,8 @@ class LocalBackend(object):
         if not _terminate(signal_group, lambda: _group_alive(pid), grace_s):
             raise RuntimeError("run in %s: process group %d survived SIGKILL" % (run_dir, pid))
         _end_marked(run_dir, grace_s)
-        (run_dir / "teardown.json").write_text(json.dumps({"ended": time.time()}))
+        shutil.rmtree(str(run_dir / localrun.TMP), ignore_errors=True)
+        files.write_text(run_dir / "teardown.json", json.dumps({"ended": time.time()}))
         return self.status(run_dir)
 
 
@@ -275,9 +310,7 @@ def _seconds_without_progress(run_dir: Path, log: Path, started: Optional[float]
             stamped = _chatter_time(lines[last + 1], now)
             usable = stamped is not None and since <= stamped <= mtime + 1.0  # a clock that disagrees: not used
             since = max(since, min(stamped, mtime) if usable else checked)
-    tmp = state_file.with_name("progress.json.tmp")
-    tmp.write_text(json.dumps({"offset": offset + len(complete), "since": since, "checked": now}))
-    os.replace(str(tmp), str(state_file))
+    files.write_text(state_file, json.dumps({"offset": offset + len(complete), "since": since, "checked": now}))
     return max(0.0, now - since)
 
 

@@ -15,7 +15,7 @@ import os
 import re
 from typing import Optional
 
-from attune.core import files, legality, levers as levers_mod, slime, workload
+from attune.core import envpolicy, files, legality, levers as levers_mod, slime, workload
 from attune.core.errors import CheckFailed, InputError
 from attune.core.recipe import Recipe, diff
 
@@ -30,16 +30,11 @@ RUN_NUMBER = re.compile(r"^r(\d+)$")
 K8S_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 
 
-# environment variables that make a program load or run code they name: a candidate must not set them
-CODE_LOADING_ENV = frozenset(("PATH", "PYTHONPATH", "PYTHONSTARTUP", "PYTHONHOME", "PYTHONUSERBASE", "PYTHONINSPECT",
-                              "PYTHONBREAKPOINT", "PYTHONEXECUTABLE", "BASH_ENV", "ENV", "PERL5OPT", "PERL5LIB",
-                              "NODE_OPTIONS", "RUBYOPT", "SHELL"))
-
-
-def parse_changes(sets=(), unsets=(), envs=(), unset_envs=()) -> list:
+def parse_changes(sets=(), unsets=(), envs=(), unset_envs=(), baseline_env=None) -> list:
     """Command-line changes (``--set ARG=VALUE`` or ``--set ARG``, ``--unset ARG``, ``--env K=V``,
     ``--unset-env K``) as change records. ``ARG`` may be written with or without its leading dashes
-    (``--set micro-batch-size=2`` or ``--set=--micro-batch-size=2``)."""
+    (``--set micro-batch-size=2`` or ``--set=--micro-batch-size=2``). A variable must be on the allowlist
+    (``core/envpolicy.py``) or set by the baseline recipe (``baseline_env``, when given)."""
     changes = []
 
     def flag_name(text, option):
@@ -56,12 +51,10 @@ def parse_changes(sets=(), unsets=(), envs=(), unset_envs=()) -> list:
         name, sep, value = item.partition("=")
         if not sep or not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", name):
             raise InputError("--env %s: give NAME=value" % item)
-        if name in CODE_LOADING_ENV or name.startswith(("LD_", "DYLD_")):
-            raise InputError("--env %s: %s makes the run load or run code it names (outside the agent's sandbox on "
-                             "the local backend), so no candidate sets it. Fix: tune another setting; a library the "
-                             "run needs belongs in the baseline recipe" % (item, name))
+        envpolicy.check_name(name, baseline_env, "--env %s" % item)
         changes.append({"op": "set", "env": name, "value": value})
     for name in unset_envs:
+        envpolicy.check_name(name, baseline_env, "--unset-env %s" % name)
         changes.append({"op": "unset", "env": name})
     if not changes:
         raise InputError("a candidate needs one change: --set, --unset, --env or --unset-env")
@@ -120,7 +113,7 @@ def leave_out(campaign: Campaign, settings, parent: str, kept: str) -> list:
 def allocate_run(campaign: Campaign, prefix: str) -> tuple:
     """The next run id (prefix + r + number) and its new, empty directory (made atomically)."""
     runs = campaign.dir / RUNS
-    runs.mkdir(parents=True, exist_ok=True)
+    files.make_folders(runs)
     numbers = [int(m.group(1)) for name in os.listdir(runs) if name.startswith(prefix)
                for m in [RUN_NUMBER.match(name[len(prefix):])] if m]
     number = max(numbers, default=0) + 1
@@ -129,7 +122,7 @@ def allocate_run(campaign: Campaign, prefix: str) -> tuple:
         if not K8S_NAME.match(run):
             raise InputError("run id %r is not a valid Kubernetes name; shorten ATTUNE_RUN_PREFIX" % run)
         try:
-            (runs / run).mkdir()
+            (runs / run).mkdir(files.FOLDER_MODE)  # exclusive: a link or folder already there is skipped
             return run, runs / run
         except FileExistsError:  # another process took it
             number += 1
@@ -215,6 +208,7 @@ def new(campaign: Campaign, settings, parent: str, changes: list, lever: str, hy
     if not change:
         raise InputError("the change leaves the recipe as it was: nothing to try")
     baseline = workload.enforce(load_baseline(settings))
+    envpolicy.check_changes(change, baseline.env(), campaign.dir)  # an --env, or one a --leave-out undoes
     problems = workload.compare(baseline, child)
     if problems:
         raise InputError("; ".join(problems))
@@ -241,7 +235,7 @@ def new(campaign: Campaign, settings, parent: str, changes: list, lever: str, hy
                           % (projection["hardware"], describe_memory(projection)))
     run, directory = allocate_run(campaign, settings.run_prefix)
     text = child.render()
-    (directory / "recipe.yaml").write_text(text, encoding="utf-8")
+    files.write_text(directory / "recipe.yaml", text)
     record = {"run": run, "parent": parent, "change": change, "lever": lever.strip(),
               "hypothesis": hypothesis.strip(), "gpus": child.gpus(),
               "recipe_sha256": hashlib.sha256(text.encode("utf-8")).hexdigest()}
@@ -252,7 +246,7 @@ def new(campaign: Campaign, settings, parent: str, changes: list, lever: str, hy
     record["gate_config"] = gate
     if projection is not None:
         record["projection"] = dict(projection, not_modelled=not_modelled(change))
-    (directory / RECORD).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+    files.write_text(directory / RECORD, json.dumps(record, indent=2) + "\n")
     return record
 
 

@@ -16,6 +16,8 @@ import math
 from pathlib import Path
 from typing import Optional
 
+from attune.core import files
+
 from .ranking import Ranking, band_text, leader_history
 from .results import SIMULATED, describe_change, one_line
 
@@ -121,9 +123,11 @@ def draw(path: Path, data: dict) -> Optional[str]:
         return "matplotlib is not installed (pip install 'attune[plot]')"
     if fig is None:
         return "no finalized run yet"
-    tmp = path.with_suffix(".tmp.png")
-    fig.savefig(tmp)
-    tmp.replace(path)
+    try:
+        with files.replacing(path) as handle:
+            fig.savefig(handle, format="png")
+    except files.LinkRefused as exc:  # planted after `rank` checked it: not drawn, said why
+        return str(exc)
     return None
 
 

@@ -51,7 +51,7 @@ import sys
 from pathlib import Path
 from typing import Callable, Mapping, Optional
 
-from attune.core import confinement
+from attune.core import confinement, files
 from attune.core.errors import AttuneError
 
 OK, FAILED, SKIPPED, NOT_RUN = "ok", "failed", "skipped", "not_run"
@@ -527,7 +527,7 @@ def run(settings, env: Mapping[str, str] = None, agent_command: str = None, reus
 def fingerprint(settings, env: Mapping[str, str] = None) -> str:
     """What the cluster checks' results depend on: the settings, the baseline's bytes and ``KUBECONFIG``."""
     env = os.environ if env is None else env
-    digest = hashlib.sha256(settings.render_env().encode("utf-8"))
+    digest = hashlib.sha256(settings.as_given().render_env().encode("utf-8"))  # the frozen copies have the same bytes
     try:
         digest.update(hashlib.sha256(Path(settings.baseline_yaml).read_bytes()).digest())
     except OSError:
@@ -565,10 +565,8 @@ def remember(directory, session: str, digest: str, report: Report) -> Optional[P
     checks = [dataclasses.replace(result, cached=False).as_dict() for result in report.results
               if result.name in names and result.status in (OK, WARNING)]
     path = Path(directory) / CACHE
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps({"schema_version": SCHEMA_VERSION, "session": session, "fingerprint": digest,
-                               "checked": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-                               "checks": checks}, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
+    checked = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    files.make_folders(path.parent)
+    files.write_text(path, json.dumps({"schema_version": SCHEMA_VERSION, "session": session, "fingerprint": digest,
+                                       "checked": checked, "checks": checks}, indent=2, sort_keys=True) + "\n")
     return path

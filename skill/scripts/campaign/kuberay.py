@@ -33,6 +33,7 @@ from typing import Optional
 import yaml
 
 from attune.core.errors import CheckFailed, InputError
+from attune.core import files
 from attune.core.files import one_line
 from attune.core.recipe import Recipe
 
@@ -183,7 +184,7 @@ class KubeRayBackend(object):
     def submit(self, run: str, recipe: Recipe, run_dir: Path) -> None:
         from kubernetes.client.rest import ApiException
         body = self.body(run, recipe)
-        (run_dir / "rayjob.json").write_text(json.dumps(body, indent=2))
+        files.write_text(run_dir / "rayjob.json", json.dumps(body, indent=2))
         try:
             self.custom.create_namespaced_custom_object(GROUP, VERSION, self.namespace, PLURAL, body)
         except ApiException as exc:
@@ -325,7 +326,7 @@ class KubeRayBackend(object):
         while time.time() < deadline:
             if not self.pods(run, cluster) and self._get(run) is None:
                 ended = _epoch(job.get("endTime")) or time.time()
-                (run_dir / "teardown.json").write_text(json.dumps(
+                files.write_text(run_dir / "teardown.json", json.dumps(
                     {"started": _epoch(job.get("startTime")), "ended": ended, "torn_down": time.time()}))
                 return self.status(run_dir)
             time.sleep(1.0)
@@ -349,26 +350,19 @@ class KubeRayBackend(object):
         """Stream ``remote`` (a path on the shared volume, as the log pod sees it) into ``target``."""
         from kubernetes.stream import stream
         target = Path(target)
-        tmp = target.with_name(target.name + ".partial")
         resp = stream(self.core.connect_get_namespaced_pod_exec, self.settings.log_pod, self.namespace,
                       command=["cat", remote], stderr=True, stdin=False, stdout=True, tty=False,
                       _preload_content=False, binary=True)
         errors = []
-        try:
-            with open(tmp, "wb") as handle:
-                _drain(resp, handle.write, errors, "reading %s through log pod %s" % (remote, self.settings.log_pod))
-                handle.write(resp.read_stdout() or b"")
-        except CheckFailed:
-            tmp.unlink()
-            raise
-        code = resp.returncode
-        resp.close()
-        if code not in (0, None):
-            tmp.unlink()
-            detail = b"".join(errors).decode("utf-8", "replace").strip()
-            raise CheckFailed("reading %s through log pod %s failed (exit %s): %s"
-                              % (remote, self.settings.log_pod, code, detail))
-        tmp.replace(target)
+        with files.replacing(target) as handle:  # a failed copy leaves the previous one in place
+            _drain(resp, handle.write, errors, "reading %s through log pod %s" % (remote, self.settings.log_pod))
+            handle.write(resp.read_stdout() or b"")
+            code = resp.returncode
+            resp.close()
+            if code not in (0, None):
+                detail = b"".join(errors).decode("utf-8", "replace").strip()
+                raise CheckFailed("reading %s through log pod %s failed (exit %s): %s"
+                                  % (remote, self.settings.log_pod, code, detail))
         return target
 
 

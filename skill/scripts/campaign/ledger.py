@@ -5,10 +5,9 @@ from __future__ import annotations
 import datetime
 import math
 import os
-import shutil
 from pathlib import Path
 
-from attune.core import __version__, settings as settings_mod
+from attune.core import __version__, files, settings as settings_mod
 from attune.core.chainlog import ChainLog
 from attune.core.errors import InputError
 from attune.core.levers import CATALOG as LEVER_CATALOG
@@ -93,15 +92,16 @@ def default_campaign_id(settings) -> str:
 def init(directory, settings, campaign_id: str = None, ts: str = None, note: str = None) -> Campaign:
     """Create a campaign: freeze its settings and write the first ledger row. Idempotent."""
     campaign = Campaign(directory)
-    campaign.dir.mkdir(parents=True, exist_ok=True)
+    files.make_folders(campaign.dir)
     frozen = settings_mod.freeze(settings, campaign.dir)
     if campaign.ledger.first_row() is None:  # the frozen file's own bytes: what every later read is checked against
         payload = {"settings_sha256": settings_mod.file_sha256(frozen), "attune_version": __version__}
+        payload.update(settings_mod.freeze_inputs(settings, campaign.dir))  # the baseline recipe, the gate's rules
         if note:
             payload["note"] = note
         campaign.ledger.append("campaign", payload,
                                campaign=campaign_id or default_campaign_id(settings), ts=ts)
     levers = campaign.dir / "levers.md"
     if not levers.exists() and LEVER_CATALOG.is_file():  # the campaign's copy, which its lessons extend
-        shutil.copyfile(LEVER_CATALOG, levers)
+        files.atomic_write(levers, LEVER_CATALOG.read_bytes())  # a dangling link there is refused, not followed
     return campaign

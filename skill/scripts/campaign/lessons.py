@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
-import os
 from pathlib import Path
 from typing import Optional
 
@@ -121,7 +120,4 @@ def append(path: Path, text: str) -> None:
     prefix = "" if before.endswith("\n") else "\n"
     if not any(line.strip() == HEADING for line in before.splitlines()):
         prefix += "\n%s\n" % HEADING
-    with open(path, "a", encoding="utf-8") as handle:
-        handle.write(prefix + "\n" + text)
-        handle.flush()
-        os.fsync(handle.fileno())
+    files.append(path, (prefix + "\n" + text).encode("utf-8"))

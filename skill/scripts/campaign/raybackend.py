@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import time
 import uuid
 from pathlib import Path
@@ -32,6 +31,7 @@ from typing import Optional
 
 import yaml
 
+from attune.core import files
 from attune.core.errors import CheckFailed, InputError
 from attune.core.recipe import Recipe
 
@@ -150,7 +150,7 @@ class RayBackend(object):
         if (run_dir / "ray.json").exists():
             raise InputError("run %s was submitted already (%s exists)" % (run, run_dir / "ray.json"))
         kwargs = self.submission(run, recipe)
-        (run_dir / "ray.json").write_text(json.dumps(dict(kwargs, address=self.address), indent=2))
+        files.write_text(run_dir / "ray.json", json.dumps(dict(kwargs, address=self.address), indent=2))
         try:
             self.client.submit_job(**kwargs)
         except Exception as exc:
@@ -205,7 +205,7 @@ class RayBackend(object):
             return Status("lost")
         state = self._state(info)
         if state == "running" and not (run_dir / "ray_running.json").exists():
-            (run_dir / "ray_running.json").write_text(json.dumps({"seen": time.time()}))
+            files.write_text(run_dir / "ray_running.json", json.dumps({"seen": time.time()}))
         started = info.start_time / 1000.0 if info.start_time and self._ran(info, run_dir) else None
         ended = info.end_time / 1000.0 if info.end_time else None
         if state == "succeeded":
@@ -234,9 +234,7 @@ class RayBackend(object):
         data = text.encode("utf-8")
         if target.exists() and target.stat().st_size == len(data) and target.read_bytes() == data:
             return target
-        tmp = target.with_name("log.txt.partial")
-        tmp.write_bytes(data)
-        os.replace(str(tmp), str(target))
+        files.atomic_write(target, data)
         return target
 
     def log_path(self, run_dir: Path) -> Path:
@@ -318,7 +316,7 @@ class RayBackend(object):
                 self._delete(run)
             else:  # still PENDING: Ray cannot stop it; it ends it after its start timeout
                 record["left_pending"] = True
-        (run_dir / "teardown.json").write_text(json.dumps(record))
+        files.write_text(run_dir / "teardown.json", json.dumps(record))
         return self.status(run_dir)
 
 

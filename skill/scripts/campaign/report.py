@@ -10,7 +10,6 @@ which failed and any earlier ``recipe.yaml`` is withdrawn (renamed, never delete
 from __future__ import annotations
 
 import dataclasses
-import os
 from typing import Optional
 
 from attune.core import files
@@ -243,13 +242,15 @@ def write(snapshot: Snapshot) -> Outcome:
     payback = payback_hours(snapshot)
     directory = snapshot.campaign.dir
     recipe_path = directory / SHIPPED_RECIPE
+    report_path = directory / REPORT
+    for target in (recipe_path, str(recipe_path) + ".withdrawn", report_path, directory / project_summary.SUMMARY):
+        files.refuse_link(target)  # before writing any: a refusal leaves the three records as they were
     withdrawn = None
     if shipped:
         files.atomic_write(recipe_path, context.recipe_file.read_bytes())
     elif recipe_path.exists():
         withdrawn = str(recipe_path) + ".withdrawn"
-        os.replace(recipe_path, withdrawn)
-    report_path = directory / REPORT
+        files.replace(recipe_path, withdrawn)
     files.atomic_write(report_path, render(snapshot, checks, shipped, payback).encode("utf-8"))
     files.atomic_write(directory / project_summary.SUMMARY, project_summary.render(snapshot, shipped))
     return Outcome(shipped, checks, str(report_path), str(recipe_path) if shipped else None, withdrawn, payback)

@@ -11,12 +11,13 @@ import dataclasses
 import datetime
 import hashlib
 import json
+import os
 import re
 import time
 from pathlib import Path
 from typing import Optional
 
-from attune.core import files, legality, logparse, slime, workload
+from attune.core import envpolicy, files, legality, logparse, slime, workload
 from attune.core.chainlog import parse_ts
 from attune.core.errors import AttuneError, CheckFailed, InputError
 from attune.core.recipe import Recipe
@@ -146,10 +147,37 @@ def launch_replay(campaign: Campaign, settings, source: str, rollouts, expected_
     if info["recorded_sha256"] and info["recorded_sha256"] != sha:
         raise InputError("%s: its files hash to rows_sha256 %s, not the %s it records: the dump changed. Fix: write "
                          "it again with `attune rows to-slime`" % (manifest, sha, info["recorded_sha256"]))
+    if settings.backend == "local":  # the run reads a copy the agent cannot change after it was checked
+        manifest = _frozen_dump(campaign, manifest, sha)
     template = str(manifest.resolve().parent / ("%s.pt" % rollout_mod.TEMPLATE_KEY))
     replayed = recipe.apply(slime.replay_changes(recipe.args(), template, info["rollouts"], sha))
     plan = Plan(slime.REPLAY_PURPOSE, source, replayed.render(), recipe_path, repeat_of=source, rows_sha256=sha)
     return _submit(campaign, settings, plan, expected_gpu_hours, gpu, pod_hooks)
+
+
+def _frozen_dump(campaign: Campaign, manifest: Path, sha: str) -> Path:
+    """The dump of ``manifest`` copied into the campaign's records (``.attune/dumps/<rows_sha256>/``, which the agent
+    cannot write) and checked again there: a dump in ``scratch/`` could be changed between its check and the run's
+    reading it. Returns the copy's manifest."""
+    from attune.data import rollout as rollout_mod
+    target = campaign.dir / ".attune" / "dumps" / sha
+    copied = target / rollout_mod.MANIFEST
+    if not copied.is_file():
+        staging = Path(files.make_temp_folder(target.parent))
+        for entry in rollout_mod.read_manifest(manifest)["files"] + [{"file": manifest.name}]:
+            if Path(entry["file"]).name != entry["file"]:
+                raise InputError("%s: lists %r, not a file beside it. Fix: write the dump again with `attune rows "
+                                 "to-slime`" % (manifest, entry["file"]))
+            source = manifest.parent / entry["file"]
+            files.refuse_link(source)
+            files.atomic_write(staging / Path(entry["file"]).name, source.read_bytes())
+        os.replace(str(staging), str(target))
+    again, _info = rollout_mod.dump_sha256(copied)
+    if again != sha:
+        raise InputError("%s: the copy of the dump hashes to rows_sha256 %s, not the %s checked: the dump changed "
+                         "while it was copied. Fix: write it again with `attune rows to-slime` and launch again"
+                         % (manifest, again, sha))
+    return copied
 
 
 def check_in_flight(in_flight, limit) -> None:
@@ -163,9 +191,16 @@ def check_in_flight(in_flight, limit) -> None:
 
 
 def _submit(campaign: Campaign, settings, plan: Plan, expected_gpu_hours, gpu, pod_hooks, run: str = None) -> dict:
-    """The one submit step of every launch: hooks, budget, backend and rows checked before anything is written,
-    then the launch row, then the job; a submission that fails closes its launch at once, charging nothing."""
+    """The one submit step of every launch: the environment policy (``envpolicy.check_launch``), hooks, budget,
+    backend and rows checked before anything is written, then the launch row, then the job; a submission that fails
+    closes its launch at once, charging nothing."""
     recipe = Recipe(plan.text, str(plan.recipe_path)).require_gpus()
+    # what the job runs beyond the baseline (runtime_env code, a variable that loads code, a path the agent wrote):
+    # refused on every backend before anything is written or started
+    envpolicy.check_launch(campaign.dir, recipe, load_baseline(settings),
+                           "run %s" % run if run else "the %s" % plan.purpose,
+                           campaign.run_dir(run) if run else None,
+                           set_by_attune={"ATTUNE_ROWS_SHA256": plan.rows_sha256} if plan.rows_sha256 else None)
     record = plan.record
     campaign_hooks = podhooks.parse(settings.pod_hooks.split(), where="ATTUNE_POD_HOOKS")
     hooks = _merge_hooks(campaign_hooks + list(record.get("pod_hooks") or []), pod_hooks or [])
@@ -193,7 +228,7 @@ def _submit(campaign: Campaign, settings, plan: Plan, expected_gpu_hours, gpu, p
         rows = check_rows(settings)
     if not run:
         run, directory = allocate_run(campaign, settings.run_prefix)
-        (directory / "recipe.yaml").write_text(plan.text, encoding="utf-8")
+        files.write_text(directory / "recipe.yaml", plan.text)
     payload = {"run": run, "purpose": plan.purpose,
                "recipe_sha256": hashlib.sha256(plan.text.encode("utf-8")).hexdigest(), "gpus": recipe.gpus(),
                "backend": settings.backend}
@@ -407,7 +442,7 @@ def topology(campaign: Campaign, settings, run: str) -> dict:
         log = None
     summary = topology_mod.summarize(Recipe.load(run_dir / "recipe.yaml"), log,
                                      backend.cluster_facts(run))
-    (run_dir / "topology.json").write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
+    files.write_text(run_dir / "topology.json", json.dumps(summary, indent=2, sort_keys=True) + "\n")
     baseline = _first_baseline(launches)
     summary["baseline"] = baseline
     summary["not_comparable"] = []
@@ -448,6 +483,6 @@ def traces(campaign: Campaign, settings, run: str) -> list:
     local = []
     for n, name in enumerate(found):
         target = run_dir / "traces" / ("%d-%s" % (n, name.rsplit("/", 1)[-1]))
-        target.parent.mkdir(parents=True, exist_ok=True)
+        files.make_folders(target.parent)
         local.append(backend.copy_out(name, target))
     return local

@@ -22,11 +22,10 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import os
 from pathlib import Path
 from typing import Optional
 
-from attune.core import __version__
+from attune.core import __version__, files
 from attune.core.chainlog import loads
 from attune.core.measure import RunScore
 
@@ -95,17 +94,10 @@ def _read(path: Path, key: dict, data: bytes) -> Optional[dict]:
 
 
 def _write(path: Path, cache: dict) -> bool:
-    tmp = "%s.tmp-%d" % (path, os.getpid())
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with open(tmp, "wb") as handle:
-            handle.write(_dumps(cache))
-        os.replace(tmp, path)
-    except (OSError, TypeError, ValueError):
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
+        files.make_folders(path.parent)
+        files.atomic_write(path, _dumps(cache))
+    except (OSError, TypeError, ValueError):  # a cache not written is read anew next time (a link: LinkRefused)
         return False
     return True
 

@@ -43,13 +43,27 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# Options for a developer at their own shell that run or import code from a path the caller names: under a campaign's
+# wrapper (outside the agent's sandbox) they would run the agent's code with the user's rights, so they are refused
+# there. (verb, option's dest): why.
+DEVELOPER_OPTIONS = {
+    ("gate", "coverage"): "--coverage builds Megatron-LM's argument parser by importing the checkout's Python, "
+                          "which would run outside the agent's sandbox",
+}
+
+
 def _within_lock(parser, args) -> None:
     """Under ``ATTUNE_CAMPAIGN_LOCK`` (the campaign's wrapper, which runs outside the agent's sandbox), a verb
     reads only files inside the campaign and writes only into its ``scratch/``: otherwise the one command out
-    of the sandbox would read the kube config or write over a record for it."""
+    of the sandbox would read the kube config or write over a record for it. A developer option
+    (``DEVELOPER_OPTIONS``) is refused."""
     lock = os.environ.get("ATTUNE_CAMPAIGN_LOCK")
     if not lock or not getattr(args, "verb", None):
         return
+    for (verb_name, dest), why in DEVELOPER_OPTIONS.items():
+        if args.verb == verb_name and getattr(args, dest, None):
+            raise InputError("%s: a campaign's attune does not run it (%s). Fix: run `attune %s --%s ...` yourself, "
+                             "from a checkout outside the campaign" % ("--" + dest, why, verb_name, dest))
     root = Path(lock).expanduser().resolve()
     for item in chosen_parser(parser, args)._actions:
         if item.dest == "campaign":  # resolve_dir refuses another campaign, with its own message

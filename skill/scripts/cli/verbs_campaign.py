@@ -121,6 +121,9 @@ def _rank_arguments(p) -> None:
 @verb("rank", "regenerate RESULTS.md (and the throughput chart) from the ledger", arguments=_rank_arguments)
 def cmd_rank(args) -> int:
     directory = campaign_dir(args)
+    if not args.dry_run:  # refused before a leader row or a chart is written: nothing half done
+        for record in (campaign_mod.RESULTS,) + (() if args.no_chart else (campaign_mod.CHART,)):
+            files.refuse_link(directory / record)
     chart_job = None
     if not args.no_chart and not args.dry_run:
         # The chart is drawn on the second core; matplotlib loads there while the ledger is read.

@@ -50,7 +50,9 @@ def cmd_candidate(args) -> int:
     campaign.require_ledger()
     settings = campaign.settings(config_file=args.config)
     given = (args.set or (), args.unset or (), args.env or (), args.unset_env or ())
-    changes = candidates.parse_changes(*given) if any(given) or not args.leave_out else []
+    # a variable the baseline recipe sets is the user's own knob: a candidate may change it (core/envpolicy.py)
+    baseline_env = candidates.load_baseline(settings).env() if args.env or args.unset_env else None
+    changes = candidates.parse_changes(*given, baseline_env=baseline_env) if any(given) or not args.leave_out else []
     record = candidates.new(campaign, settings, args.parent, changes, args.lever, args.hypothesis, args.gpu,
                             podhooks.parse(args.pod_hook), force=args.force, leave_out_of=args.leave_out,
                             gate_will_fail=args.gate_will_fail, draft=args.draft)

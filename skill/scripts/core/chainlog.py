@@ -8,7 +8,8 @@ SHA-256 (hex) of the previous row's exact bytes, without its newline. The first 
 Appends take an exclusive ``flock`` on the log itself, write the whole line with ``O_APPEND``
 and ``fsync`` it, then record the new head (sequence number and SHA-256 of the last row) in
 ``<log>.head`` by write-to-temporary and rename. The head lets ``verify`` notice what a chain
-alone cannot: a changed or deleted final row.
+alone cannot: a changed or deleted final row. Every write goes through ``files``: none follows a
+symbolic link.
 
 A crash in the middle of an append leaves a final line with no newline (a torn tail). ``verify``
 reports it; the next append moves its bytes, unchanged, into ``<log>.torn-<seq>`` beside the
@@ -29,6 +30,7 @@ import json
 import os
 import re
 
+from . import files
 from .errors import InputError, IntegrityError
 
 try:  # orjson parses the ledger about twice as fast; the standard library is the fallback (hooks, 3.7)
@@ -330,7 +332,7 @@ class ChainLog(object):
         """Append one row and return it. ``campaign`` is required only for the first row."""
         directory = os.path.dirname(os.path.abspath(self.path))
         created = not os.path.exists(self.path)
-        fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
+        fd = files.open_fd(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             last = self._recover_and_read_last(fd, campaign, ts)
@@ -349,7 +351,7 @@ class ChainLog(object):
         does it, but the file is synced once at the end.
         """
         created = not os.path.exists(self.path)
-        fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
+        fd = files.open_fd(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT)
         count = 0
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
@@ -414,12 +416,7 @@ class ChainLog(object):
         self._write_head(row["seq"], sha256_hex(data))
 
     def _write_head(self, seq, digest):
-        tmp = "%s.tmp-%d" % (self.head_path, os.getpid())
-        with open(tmp, "w") as handle:
-            json.dump({"seq": seq, "sha256": digest}, handle)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, self.head_path)
+        files.write_text(self.head_path, json.dumps({"seq": seq, "sha256": digest}))
         _fsync_dir(os.path.dirname(os.path.abspath(self.head_path)))
 
     def _recover_and_read_last(self, fd, campaign, ts):
@@ -434,13 +431,10 @@ class ChainLog(object):
             next_seq = last[0]["seq"] + 1 if last else 0
             side = "%s.torn-%d" % (self.path, next_seq)
             suffix = 0
-            while os.path.exists(side):
+            while os.path.lexists(side):  # a dangling link is taken too: never written through
                 suffix += 1
                 side = "%s.torn-%d.%d" % (self.path, next_seq, suffix)
-            with open(side, "wb") as handle:
-                handle.write(torn)
-                handle.flush()
-                os.fsync(handle.fileno())
+            files.atomic_write(side, torn)
             _fsync_dir(os.path.dirname(os.path.abspath(side)))
             os.ftruncate(fd, tail_start)
             os.fsync(fd)

@@ -19,7 +19,7 @@ RESULT_STATUSES = ("finished", "failed", "timeout", "cancelled", "incomplete", "
 LEDGER_KINDS = {
     "campaign": (
         {"settings_sha256": "str", "attune_version": "str"},
-        {"note": "str"},
+        {"note": "str", "baseline_sha256": "str", "gate_rules_sha256": "str"},
     ),
     "session": (
         {"session": "str", "event": "enum:start|end"},

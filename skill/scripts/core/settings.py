@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Mapping, Optional
 
 from . import files
-from .errors import InputError, SettingsError
+from .errors import InputError, IntegrityError, SettingsError
 
 PREFIXES = ("ATTUNE_", "AUTOTUNE_")
 # Variables with these prefixes that are not settings, never frozen: read from the environment of the command
@@ -184,6 +184,11 @@ SPECS = (
     Spec("ATTUNE_LOCAL_MEMORY_MB", "local_memory_mb", "float", "",
          "memory (MiB) a local run's processes may hold together before the local backend kills them as out of "
          "memory (empty: 85% of this host's memory; 0: no limit)", "", group="measurement"),
+    Spec("ATTUNE_LOCAL_CONFINE", "local_confine", "enum", "on",
+         "on: each local run runs in a bubblewrap sandbox of its own (it writes only its run's work/, pod_hooks/ and "
+         "tmp/ folders, reaches no network beyond its own loopback, and cannot write its log); a launch is refused "
+         "where bwrap cannot make one. off: local runs run unconfined, with all your rights, on purpose",
+         "on", choices=("on", "off"), group="measurement"),
     Spec("ATTUNE_GATE_RULES", "gate_rules", "str", "",
          "your overrides of the gate's argument classes (YAML, see skill/scripts/correctness/rules/README.md; "
          "each entry with its justification); empty: the built-in classes only", "", group="measurement"),
@@ -224,8 +229,15 @@ class Settings:
     claude_version: str = ""
     hang_after_s: float = 900.0
     local_memory_mb: Optional[float] = None
+    local_confine: str = "on"
     max_in_flight: int = 1
     early_stop: bool = False
+    # (attribute, the path the settings gave) for each input a campaign reads from its frozen copy instead
+    given: tuple = dataclasses.field(default=(), compare=False, repr=False)
+
+    def as_given(self) -> "Settings":
+        """These settings with the paths they were given, where a campaign reads its frozen copies instead."""
+        return dataclasses.replace(self, given=(), **dict(self.given)) if self.given else self
 
     @property
     def budget_kind(self) -> str:
@@ -277,7 +289,7 @@ def differences(frozen: Settings, env: Mapping[str, str] = None, config_file=Non
     env = os.environ if env is None else env
     given = dict(parse_env_file(config_file)) if config_file is not None else {}
     given.update({key: value for key, value in env.items() if value != ""})
-    kept = frozen.as_env()
+    kept = frozen.as_given().as_env()
     lines = []
     for key in sorted(k for k in given if k in SPEC_BY_ENV):
         spec = SPEC_BY_ENV[key]
@@ -528,6 +540,7 @@ def frozen_path(campaign_dir) -> Path:
 
 def freeze(settings: Settings, campaign_dir) -> Path:
     """Write the campaign's frozen copy; refuse to overwrite a different one."""
+    settings = settings.as_given()
     path = frozen_path(campaign_dir)
     text = settings.render_env()
     if path.exists():
@@ -544,10 +557,8 @@ def freeze(settings: Settings, campaign_dir) -> Path:
             raise SettingsError(["%s: the campaign already has different frozen settings. Fix: resume with the "
                                  "settings it started with, or start a new campaign directory" % path])
         return path
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
+    files.make_folders(path.parent)
+    files.write_text(path, text)
     return path
 
 
@@ -556,16 +567,70 @@ def file_sha256(path) -> str:
         return hashlib.sha256(handle.read()).hexdigest()
 
 
-def _recorded_sha256(campaign_dir) -> Optional[str]:
-    """The ``settings_sha256`` of the campaign's first ledger row (``campaign``), None where there is none to read."""
+def _first_row(campaign_dir) -> dict:
+    """The campaign's first ledger row (``campaign``); {} where there is none to read."""
     import json
     try:
         with open(os.path.join(str(campaign_dir), "ledger.jsonl"), "rb") as handle:
             first = json.loads(handle.readline().decode("utf-8"))
     except (OSError, ValueError, UnicodeDecodeError):
-        return None
-    sha = first.get("settings_sha256") if isinstance(first, dict) and first.get("kind") == "campaign" else None
+        return {}
+    return first if isinstance(first, dict) and first.get("kind") == "campaign" else {}
+
+
+def _recorded_sha256(campaign_dir) -> Optional[str]:
+    """The ``settings_sha256`` of the campaign's first ledger row (``campaign``), None where there is none to read."""
+    sha = _first_row(campaign_dir).get("settings_sha256")
     return sha if isinstance(sha, str) else None
+
+
+# The input files a campaign acts on again and again (the baseline recipe every baseline launch and candidate
+# starts from, the gate's rules every verdict is judged by), copied into its records when it starts: the files the
+# settings name may sit where the agent can write (the campaign's top level), so every later read takes the copy,
+# whose SHA-256 the first ledger row holds. (attribute, setting, copy in the campaign, field of the first row)
+FROZEN_INPUTS = (("baseline_yaml", "ATTUNE_BASELINE_YAML", ".attune/baseline.yaml", "baseline_sha256"),
+                 ("gate_rules", "ATTUNE_GATE_RULES", ".attune/gate_rules.yaml", "gate_rules_sha256"))
+
+
+def freeze_inputs(settings: Settings, campaign_dir) -> dict:
+    """Copy each input file the settings name into the campaign (once, read-only); ``{first-row field: sha256}`` of
+    the copies. A setting that names no file here is left out (the doctor and the launch say what is missing)."""
+    settings = settings.as_given()
+    out = {}
+    for attr, _env, rel, field in FROZEN_INPUTS:
+        source = getattr(settings, attr)
+        target = Path(campaign_dir) / rel
+        if not target.is_file():
+            if not source or not Path(source).is_file():
+                continue
+            target.parent.mkdir(parents=True, exist_ok=True)
+            files.atomic_write(target, Path(source).read_bytes())
+            target.chmod(0o444)
+        out[field] = file_sha256(target)
+    return out
+
+
+def _with_frozen_inputs(campaign_dir, settings: Settings) -> Settings:
+    """``settings`` reading each frozen input from the campaign's copy, checked against the first ledger row's
+    SHA-256; ``IntegrityError`` (exit 3) when a copy is gone or changed."""
+    first = _first_row(campaign_dir)
+    given, changes = [], {}
+    for attr, env, rel, field in FROZEN_INPUTS:
+        recorded = first.get(field)
+        if not isinstance(recorded, str):
+            continue  # a campaign started before inputs were frozen, or with none given
+        target = Path(campaign_dir) / rel
+        fix = "Fix: restore %s (the copy of %s the campaign started with), or start a new campaign" % (target, env)
+        if not target.is_file() or target.is_symlink():
+            raise IntegrityError("%s: the campaign's frozen copy of %s is gone. %s" % (target, env, fix))
+        found = file_sha256(target)
+        if found != recorded:
+            raise IntegrityError("%s: its bytes hash to %s, not the %s %s the campaign's first ledger row recorded: "
+                                 "the frozen copy of %s was changed. %s" % (target, found[:16], field, recorded[:16],
+                                                                             env, fix))
+        given.append((attr, getattr(settings, attr)))
+        changes[attr] = str(target)
+    return dataclasses.replace(settings, given=tuple(given), **changes) if changes else settings
 
 
 def for_campaign(campaign_dir, env: Mapping[str, str] = None, config_file=None) -> Settings:
@@ -587,8 +652,9 @@ def for_campaign(campaign_dir, env: Mapping[str, str] = None, config_file=None) 
                                  "row recorded: it was changed or cut short. %s"
                                  % (path, file_sha256(path)[:16], recorded[:16], fix)])
         try:
-            return load(values)
+            settings = load(values)
         except SettingsError as exc:
             raise SettingsError(["%s: the campaign's frozen settings are not valid (%s). %s"
                                  % (path, "; ".join(exc.problems), fix)])
+        return _with_frozen_inputs(campaign_dir, settings)
     return load(env, config_file)

@@ -29,7 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from attune.core.errors import InputError
-from attune.core.files import read_text
+from attune.core.files import atomic_write, make_folders, read_text
 
 from . import rows as rows_mod
 
@@ -345,12 +345,13 @@ def _parse(text, where: str):
 
 
 def _write_atomic(path: Path, write) -> str:
-    """Write ``path`` through ``write(tmp_path)`` then os.replace; return the sha256 of its bytes."""
-    tmp = path.with_name(path.name + ".tmp")
-    write(tmp)
-    sha = hashlib.sha256(tmp.read_bytes()).hexdigest()
-    os.replace(tmp, path)
-    return sha
+    """Write ``path`` whole (``files.atomic_write``) with what ``write(handle)`` puts in a binary file object;
+    return the sha256 of its bytes."""
+    buffer = io.BytesIO()
+    write(buffer)
+    data = buffer.getvalue()
+    atomic_write(path, data)
+    return hashlib.sha256(data).hexdigest()
 
 
 def to_slime(rows_path, out_dir) -> dict:
@@ -372,7 +373,7 @@ def to_slime(rows_path, out_dir) -> dict:
                          "`attune rows from-slime` packs them. Fix: rebuild it with `attune rows from-slime`"
                          % (rows_path, again, sha))
     out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    make_folders(out_dir)
     ids = [rid for rid, _ in rollouts]
     stamp = {"format": DUMP_FORMAT, "format_version": DUMP_VERSION, "rows_sha256": sha, "seq_length": seq,
              "pad_token_id": pad, "rollouts": ids}
@@ -381,11 +382,11 @@ def to_slime(rows_path, out_dir) -> dict:
         name = "%d.pt" % rid
         payload = {"rollout_id": rid, "samples": samples, "attune": stamp}
         files.append({"rollout_id": rid, "file": name,
-                      "sha256": _write_atomic(out_dir / name, lambda tmp: torch.save(payload, tmp))})
+                      "sha256": _write_atomic(out_dir / name, lambda handle: torch.save(payload, handle))})
     manifest = dict(stamp, files=files)
     del manifest["rollouts"]
     text = json.dumps(manifest, indent=2, sort_keys=True) + "\n"
-    _write_atomic(out_dir / MANIFEST, lambda tmp: tmp.write_text(text))
+    _write_atomic(out_dir / MANIFEST, lambda handle: handle.write(text.encode("utf-8")))
     launch = "--load-debug-rollout-data %s --num-rollout %d" % (out_dir / ("%s.pt" % TEMPLATE_KEY), ids[-1] + 1)
     if ids[0]:
         launch += " --start-rollout-id %d" % ids[0]

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import struct
 import time
 from dataclasses import dataclass
@@ -19,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from attune.core import __version__
+from attune.core import __version__, files
 from attune.core.errors import InputError
 
 from . import pack, tokenize
@@ -149,9 +148,8 @@ def write(path, batches, meta: dict, compression: str = "zstd", row_group_size: 
                         for name in COLUMNS + ((SAMPLES,) if samples else ())])
     hasher = Hasher(seq, samples)
     path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
-    path.parent.mkdir(parents=True, exist_ok=True)  # a new folder for the rows, as `rows to-slime` makes its own
-    with pq.ParquetWriter(str(tmp), schema, compression=compression) as writer:
+    files.make_folders(path.parent)  # a new folder for the rows, as `rows to-slime` makes its own
+    with files.replacing(path) as handle, pq.ParquetWriter(handle, schema, compression=compression) as writer:
         for batch in batches:
             n, ids, mask, doc_offsets, doc_values = batch[:5]
             hasher.update_rows(batch)
@@ -164,7 +162,6 @@ def write(path, batches, meta: dict, compression: str = "zstd", row_group_size: 
             writer.write_batch(pa.RecordBatch.from_arrays(arrays, schema=schema), row_group_size=row_group_size)
         sha = hasher.hexdigest()
         writer.add_key_value_metadata({META_KEY: json.dumps(dict(meta, rows_sha256=sha), sort_keys=True)})
-    os.replace(tmp, path)
     return sha
 
 

@@ -43,6 +43,7 @@ SCRIPTS = HERE.parent
 if str(SCRIPTS) not in sys.path:
     sys.path.insert(0, str(SCRIPTS))
 
+from attune.campaign import localrun  # noqa: E402
 from attune.core import slime  # noqa: E402
 from attune.planner import policy, progress, space as space_mod  # noqa: E402
 from attune.planner.history import History, canon, describe  # noqa: E402
@@ -257,6 +258,8 @@ class Planner(VerbRunner, Notes, History):
             raise PlannerError("the whole-loop baseline %s saves no rollouts (%s): the gate judges a whole-loop run "
                                "on train-only replays of frozen rollouts, so no candidate can be gated"
                                % (base, slime.SAVE_FLAG))
+        if not os.path.isabs(template):  # a local run saved them in its own working folder, where it writes
+            template = str(self.dir / "runs" / base / localrun.WORK / template)
         folder = self.dir / "scratch" / "rollouts"
         manifest = folder / "dump" / "attune_dump.json"
         if not manifest.is_file():

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import datetime
 import json
-import os
 
+from attune.core import files
 from attune.planner import policy, space as space_mod
 
 
@@ -150,9 +150,7 @@ class Notes(object):
             lines.append("")
         lines += ["## Log", ""] + log
         text = "\n".join(lines) + "\n"
-        tmp = path.with_name("notes.md.tmp")
-        tmp.write_text(text, encoding="utf-8")
-        os.replace(str(tmp), str(path))
+        files.write_text(path, text)
 
     def lesson_text(self, tried: policy.Tried, verdict: str) -> str:
         """The lesson's sentence: the setup (model, GPUs, layout) and what to do differently next time."""

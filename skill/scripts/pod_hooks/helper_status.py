@@ -8,9 +8,11 @@ the wrapper sets for the child; without it (the job runs unwrapped) nothing is w
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import sys
+import tempfile
 from pathlib import Path
 from typing import Dict, List
 
@@ -26,6 +28,35 @@ def rank() -> int:
         return 0
 
 
+def replace_text(path: Path, text: str) -> None:
+    """Write ``path`` whole: an exclusive, randomly named temporary file beside it, synced, then renamed over it.
+
+    Never writes through a symbolic link at ``path`` (an ``OSError``, ELOOP) nor at a name another
+    process could predict. The standard-library twin of ``attune.core.files.atomic_write``, which the
+    pod cannot import (``pod_hooks`` imports nothing else of ours).
+    """
+    path = Path(path)
+    if path.is_symlink():
+        raise OSError(errno.ELOOP, "is a symbolic link (to %s); remove the link" % os.readlink(str(path)), str(path))
+    fd, temporary = tempfile.mkstemp(dir=str(path.parent), prefix="." + path.name[:100] + ".", suffix=".tmp")
+    try:
+        os.fchmod(fd, 0o644)
+        with os.fdopen(fd, "wb") as handle:
+            fd = -1  # the file object closes it
+            handle.write(text.encode("utf-8"))
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(temporary, str(path))
+    except BaseException:
+        if fd >= 0:
+            os.close(fd)
+        try:
+            os.unlink(temporary)
+        except OSError:
+            pass
+        raise
+
+
 def write(hook: str, status: str, **fields: object) -> None:
     """Leave this rank's status for ``hook``; a failure to write is logged, never raised into the job."""
     out = os.environ.get(OUT_ENV)
@@ -36,7 +67,7 @@ def write(hook: str, status: str, **fields: object) -> None:
     path = Path(out) / "helpers" / ("%s.rank%d.json" % (hook, rank()))
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(row, sort_keys=True) + "\n")
+        replace_text(path, json.dumps(row, sort_keys=True) + "\n")
     except OSError as err:
         print("%s %s: cannot write %s: %s" % (PREFIX, hook, path, err), file=sys.stderr)
 

@@ -222,7 +222,7 @@ class GpuFactsHook(Hook):
         path = ctx.out / self.FILE
         row = {"schema_version": 1}
         row.update(self.facts)
-        path.write_text(json.dumps(row, indent=1, sort_keys=True, default=str) + "\n")
+        status.replace_text(path, json.dumps(row, indent=1, sort_keys=True, default=str) + "\n")
         self.facts["file"] = str(path)
 
 

@@ -35,7 +35,7 @@ if __package__ in (None, ""):  # run as a file: load the attune package from thi
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
     import attune  # noqa: F401,E402
 
-from attune.pod_hooks.helper_status import OUT_ENV, PREFIX  # noqa: E402
+from attune.pod_hooks.helper_status import OUT_ENV, PREFIX, replace_text  # noqa: E402
 from attune.pod_hooks.hooks import HOOKS, Context, Hook, HookSkipped  # noqa: E402
 
 RECORD = "pod_hooks.json"
@@ -110,10 +110,8 @@ def _now() -> str:
 def write_record(out: Path, record: Dict[str, object]) -> None:
     """Replace ``out/pod_hooks.json`` atomically; a write failure is logged, never raised."""
     path = out / RECORD
-    temporary = out / (".%s.tmp" % RECORD)
     try:
-        temporary.write_text(json.dumps(record, indent=1, sort_keys=True, default=str) + "\n")
-        os.replace(str(temporary), str(path))
+        replace_text(path, json.dumps(record, indent=1, sort_keys=True, default=str) + "\n")
     except OSError as err:
         _log("cannot write %s: %s" % (path, err))
 

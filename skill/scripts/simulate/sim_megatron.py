@@ -40,6 +40,7 @@ if __package__ in (None, ""):  # run as a file: load the attune package from thi
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
     import attune  # noqa: F401,E402
 
+from attune.core import files  # noqa: E402
 from attune.core.command import Command  # noqa: E402
 from attune.core.errors import InputError  # noqa: E402
 from attune.core.legality import BLACKWELL  # noqa: E402
@@ -238,7 +239,7 @@ def run(argv: list, env: dict, out: TextIO, project, config_error=(), rules=None
         truth["simulated_seconds"] = (printer.clock - START).total_seconds()
         printer.line("%s %.3f s (exit %s)" % (WALL_LINE, truth["simulated_seconds"], code))
         if inputs.truth:
-            Path(inputs.truth).write_text(json.dumps(truth, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+            files.write_text(inputs.truth, json.dumps(truth, indent=1, sort_keys=True) + "\n")
         return code
 
     try:

@@ -44,7 +44,7 @@ if __package__ in (None, ""):  # run as a file: load the attune package from thi
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
     import attune  # noqa: F401,E402
 
-from attune.core import slime  # noqa: E402
+from attune.core import files, slime  # noqa: E402
 from attune.correctness.rules import Rules  # noqa: E402
 from attune.simulate import noise  # noqa: E402
 from attune.simulate.sim_megatron import (EXIT_FAILED, START, WALL_LINE, Printer, UsageError,  # noqa: E402
@@ -136,8 +136,9 @@ def save_rollout(template: str, rollout: int, samples: list, per_prompt: int, se
             0, 32000, size=total).tolist(), "response_length": total - PROMPT_TOKENS, "loss_mask": None,
             "reward": float(rng.integers(0, 2)), "status": "completed"})
     path = _dump_file(template, rollout)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    torch.save({"rollout_id": rollout, "samples": out}, str(path))
+    files.make_folders(path.parent)
+    with files.replacing(path) as handle:
+        torch.save({"rollout_id": rollout, "samples": out}, handle)
 
 
 def _utilization(tokens: float) -> float:

@@ -27,6 +27,7 @@ def isolated_env(tmp_path, monkeypatch):
         if key.startswith(("ATTUNE_", "AUTOTUNE_")) and key not in KEPT:
             monkeypatch.delenv(key, raising=False)
     monkeypatch.setenv("ATTUNE_CAMPAIGN_DIR", str(tmp_path / "campaign"))
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))  # integrity keys (harness/integrity_key.py)
     yield
 
 

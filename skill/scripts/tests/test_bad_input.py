@@ -109,11 +109,11 @@ def attune(*argv):
     return code, out.getvalue(), err.getvalue()
 
 
-def assert_refused(result, named, kind):
+def assert_refused(result, named, kind, expected=2):
     code, _out, err = result
     lines = err.strip().splitlines()
     assert "Traceback" not in err, (kind, err)
-    assert code == 2, (kind, code, err)
+    assert code == expected, (kind, code, err)
     assert len(lines) == 1, (kind, lines)
     assert str(named) in lines[0], (kind, named, lines[0])
 
@@ -190,10 +190,12 @@ def _replay(tmp, data, files):
     manifest replaced: ``launch --replay-of`` that run on it."""
     folder = shutil.copytree(Path(files["manifest"]).parent, tmp / "dump")
     (folder / "attune_dump.json").write_bytes(data)
-    b = Builder(tmp / "c", make_settings(ATTUNE_RUN_PREFIX="alice-x-"), campaign_id="alice-x")
-    b.launch("r001", "baseline", "slime")
     recipe = (SCRIPTS / "simulate" / "recipes" / "qwen3_4b_grpo_h100x8.yaml").read_text().format(
         python=sys.executable, sim=SCRIPTS / "simulate" / "sim_slime.py")
+    (tmp / "baseline.yaml").write_text(recipe)  # every launch is checked against the baseline (core/envpolicy.py)
+    made = make_settings(ATTUNE_RUN_PREFIX="alice-x-", ATTUNE_BASELINE_YAML=str(tmp / "baseline.yaml"))
+    b = Builder(tmp / "c", made, campaign_id="alice-x")
+    b.launch("r001", "baseline", "slime")
     (b.campaign.run_dir("r001") / "recipe.yaml").write_text(recipe.replace(
         "--num-rollout 5 --rollout-batch-size 32", "--num-rollout 1 --rollout-batch-size 2"))
     return (["launch", "--campaign", b.campaign.dir, "--replay-of", "r001", "--rollouts",
@@ -493,13 +495,14 @@ def _candidate(campaign):
 
 
 CAMPAIGN_FILES = {
-    # id: (the file, relative to the campaign fixture's tmp_path or a run, the command)
-    "candidate-baseline": (lambda c, run: c.dir.parent / "baseline.yaml", lambda c, run: MINIMAL["candidate"]),
+    # id: (the file, relative to the campaign fixture's tmp_path or a run, the command); the baseline recipe is read
+    # from the campaign's frozen copy, whose change is an integrity failure (exit 3)
+    "candidate-baseline": (lambda c, run: c.dir / ".attune" / "baseline.yaml", lambda c, run: MINIMAL["candidate"]),
     "candidate-parent": (lambda c, run: c.run_dir(run) / "recipe.yaml",
                          lambda c, run: ["new", "--parent", run, "--set", "manual-gc", "--lever", "manual-gc",
                                          "--hypothesis", "h"]),
     "candidate-levers": (lambda c, run: c.dir / "levers.md", lambda c, run: MINIMAL["candidate"]),
-    "launch-baseline": (lambda c, run: c.dir.parent / "baseline.yaml", lambda c, run: ["--baseline"]),
+    "launch-baseline": (lambda c, run: c.dir / ".attune" / "baseline.yaml", lambda c, run: ["--baseline"]),
     "launch-recipe": (lambda c, run: c.run_dir(run) / "recipe.yaml", lambda c, run: [run]),
     "launch-record": (lambda c, run: c.run_dir(run) / "candidate.json", lambda c, run: [run]),
     "lesson-levers": (lambda c, run: c.dir / "levers.md", lambda c, run: MINIMAL["lesson"]),
@@ -515,9 +518,11 @@ def test_the_files_a_campaign_holds_are_refused_when_unreadable(name, kind, camp
     run = _candidate(campaign) if name in ("candidate-parent", "launch-recipe", "launch-record") else None
     path = where(campaign, run)
     valid = path.read_bytes()
+    path.chmod(0o644)
     path.write_bytes(bad(kind, valid, CAMPAIGN_WRONG[path.name]))
     verb = name.split("-")[0]
-    assert_refused(attune(verb, "--campaign", campaign.dir, *argv(campaign, run)), path, kind)
+    assert_refused(attune(verb, "--campaign", campaign.dir, *argv(campaign, run)), path, kind,
+                   3 if name.endswith("-baseline") else 2)
 
 
 # ---------------------------------------------------------------------------------------- beside the table

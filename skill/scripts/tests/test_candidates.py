@@ -85,31 +85,35 @@ def test_a_candidate_says_what_the_gate_will_say_of_its_changes(campaign, capsys
     gate = json.loads(capsys.readouterr().out)["gate_config"]
     assert gate == {"passes": True, "reasons": [],
                     "changes": [{"name": "--overlap-grad-reduce", "kind": "arg", "class": "placement"}]}
-    knob = ["--parent", "baseline", "--env", "VENDOR_TUNING_KNOB=1", "--lever", "other: VENDOR_TUNING_KNOB",
+    knob = ["--parent", "baseline", "--env", "NVTE_USE_FAST_MATH=1", "--lever", "other: NVTE_USE_FAST_MATH",
             "--hypothesis", "h"]
     before = sorted(os.listdir(campaign.dir / "runs"))
+    # a variable off the allowlist (core/envpolicy.py) that the baseline does not set: refused before the gate
+    assert new(campaign, "--parent", "baseline", "--env", "VENDOR_TUNING_KNOB=1", "--lever", "other: knob",
+               "--hypothesis", "h") == 2
+    assert "VENDOR_TUNING_KNOB is not on the allowlist" in capsys.readouterr().err
     # the gate would fail it, so it could never lead or ship: refused before any GPU time, no run id used
     assert new(campaign, *knob, "--json") == 1
     captured = capsys.readouterr()
     error = json.loads(captured.out)["error"]
     assert error["verb"] == "candidate" and error["exit_code"] == 1
     assert "the gate's configuration check will fail this candidate" in captured.err
-    assert "environment variable VENDOR_TUNING_KNOB: unset -> 1 is numeric" in captured.err
+    assert "environment variable NVTE_USE_FAST_MATH: unset -> 1 is numeric" in captured.err
     assert sorted(os.listdir(campaign.dir / "runs")) == before
     # --draft: every check made and the record answered, nothing written
     assert new(campaign, *knob, "--draft", "--json") == 0
     draft = json.loads(capsys.readouterr().out)
     assert draft["run"] is None and draft["draft"] is True and draft["gate_config"]["passes"] is False
-    assert draft["gate_config"]["changes"] == [{"name": "VENDOR_TUNING_KNOB", "kind": "env", "class": "numeric"}]
+    assert draft["gate_config"]["changes"] == [{"name": "NVTE_USE_FAST_MATH", "kind": "env", "class": "numeric"}]
     assert sorted(os.listdir(campaign.dir / "runs")) == before
     assert new(campaign, *knob, "--draft") == 0
     assert "draft: nothing written, no run id used" in capsys.readouterr().out
     # written on purpose (a fault check of the gate): it says so
     assert new(campaign, *knob, "--gate-will-fail") == 0
     out = capsys.readouterr().out
-    assert "gate_class: VENDOR_TUNING_KNOB numeric" in out
+    assert "gate_class: NVTE_USE_FAST_MATH numeric" in out
     assert "warning: the gate will fail this candidate, so it can never lead or ship: config: environment variable " \
-           "VENDOR_TUNING_KNOB: unset -> 1 is numeric" in out and "--gate-will-fail" in out
+           "NVTE_USE_FAST_MATH: unset -> 1 is numeric" in out and "--gate-will-fail" in out
     assert len(os.listdir(campaign.dir / "runs")) == len(before) + 1
 
 

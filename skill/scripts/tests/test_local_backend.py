@@ -117,31 +117,56 @@ def test_a_run_is_recognised_as_its_own_process(campaign):
     assert runs.teardown(campaign, settings, run).state == "torn_down"
 
 
+def _escaped_worker(run_dir) -> int:
+    """The host pid of the worker FAKE_MODE=escape started (its own escaped.pid holds its pid as the job sees it,
+    which in a confined run's pid namespace is not the host's): the run's one process running ``sleep 600``."""
+    for pid in runs.backends._marked(run_dir):
+        try:
+            with open("/proc/%d/cmdline" % pid, "rb") as handle:
+                if handle.read() == b"sleep\x00600\x00":
+                    return pid
+        except OSError:
+            pass
+    raise AssertionError("no escaped worker among the run's processes %s" % runs.backends._marked(run_dir))
+
+
 @pytest.mark.parametrize("how", ["teardown", "lost"])
-def test_a_worker_in_a_session_of_its_own_is_ended_with_its_run(campaign, how):
+@pytest.mark.parametrize("confine", ["on", "off"])
+def test_a_worker_in_a_session_of_its_own_is_ended_with_its_run(tmp_path, how, confine):
     # torchrun starts its workers in sessions of their own: a KILL of the run's group (or of the launcher) leaves
     # them running, holding the host's GPUs under the next run. Every process of a run carries ATTUNE_LOCAL_RUN,
-    # and teardown ends them all; a run lost (its leader killed from outside) has what it left behind ended too
+    # and teardown ends them all; a run lost (its leader killed from outside) has what it left behind ended too.
+    # Confined, the run's pid namespace ends them as soon as its first process ends
     import signal
-    campaign, settings = campaign
-    run = running_candidate(campaign, settings, "escape")
-    run_dir = campaign.run_dir(run)
-    deadline = time.time() + 30
-    while not (run_dir / "escaped.pid").exists() and time.time() < deadline:
-        time.sleep(0.05)
-    time.sleep(0.2)
-    worker = int((run_dir / "escaped.pid").read_text())
-    assert runs.backends._alive(worker) and worker not in runs.backends._group_members(int((run_dir / "pid").read_text()))
-    if how == "lost":
-        os.killpg(int((run_dir / "pid").read_text()), signal.SIGKILL)
-        deadline = time.time() + 10
-        while runs.poll(campaign, settings, run).state != "lost" and time.time() < deadline:
+    made = local_campaign(tmp_path, RECIPE.format(python=sys.executable, script=DATA / "fake_megatron.py"), "loc-",
+                          "loc-test", ATTUNE_LOCAL_CONFINE=confine)
+    campaign, settings = next(made)
+    try:
+        run = running_candidate(campaign, settings, "escape")
+        run_dir = campaign.run_dir(run)
+        deadline = time.time() + 30
+        while not (run_dir / "work" / "escaped.pid").exists() and time.time() < deadline:
             time.sleep(0.05)
-        assert runs.backends._alive(worker)  # the group's end did not end it
-        assert runs.teardown(campaign, settings, run).state == "lost"
-    else:
-        assert runs.teardown(campaign, settings, run).state == "torn_down"
-    assert not runs.backends._alive(worker) and runs.backends._marked(run_dir) == []
+        time.sleep(0.2)
+        worker = _escaped_worker(run_dir)
+        if confine == "off":
+            assert worker == int((run_dir / "work" / "escaped.pid").read_text())
+        leader = int((run_dir / "pid").read_text())
+        assert runs.backends._alive(worker) and worker not in runs.backends._group_members(leader)
+        if how == "lost":
+            os.killpg(int((run_dir / "pid").read_text()), signal.SIGKILL)
+            deadline = time.time() + 10
+            while runs.poll(campaign, settings, run).state != "lost" and time.time() < deadline:
+                time.sleep(0.05)
+            if confine == "off":
+                assert runs.backends._alive(worker)  # the group's end did not end it
+            assert runs.teardown(campaign, settings, run).state == "lost"
+        else:
+            assert runs.teardown(campaign, settings, run).state == "torn_down"
+        assert not runs.backends._alive(worker) and runs.backends._marked(run_dir) == []
+    finally:
+        for _ in made:  # tears its runs down
+            pass
 
 
 def test_a_stuck_job_whose_launcher_keeps_printing_is_a_hang(campaign):
@@ -212,7 +237,7 @@ def test_killed_and_oom_runs_fail_with_a_class(campaign):
         wait(campaign, settings, run, ("failed",))
     dead = runs.finalize(campaign, settings, killed)
     assert dead["status"] == "failed" and dead["failure"]["class"] == "crash"
-    assert "exited with code -9" in dead["failure"]["evidence"]
+    assert "exited with code 137" in dead["failure"]["evidence"]  # confined: 128 + SIGKILL, as bwrap reports it
     short = runs.finalize(campaign, settings, oom)
     assert short["failure"]["class"] == "oom" and "CUDA out of memory" in short["failure"]["evidence"]
     assert short["failure"]["memory"] == "gpu"
@@ -244,7 +269,8 @@ def test_a_candidate_runs_through_its_pod_hooks(campaign):
     campaign, settings = campaign
     runs.launch_baseline(campaign, settings)
     assert cli.main(["candidate", "new", "--campaign", str(campaign.dir), "--parent", "baseline", "--env",
-                     "FAKE_TAG=hooks", "--lever", "other: FAKE_TAG", "--hypothesis", "hooks", "--gate-will-fail",
+                     "TORCH_CPP_LOG_LEVEL=INFO", "--lever", "other: TORCH_CPP_LOG_LEVEL", "--hypothesis", "hooks",
+                     "--gate-will-fail",
                      "--pod-hook", "gpu_facts", "--pod-hook", "nccl_debug:level=WARN,subsys=INIT"]) == 0
     run = sorted(os.listdir(campaign.dir / "runs"))[-1]
     record = json.loads((campaign.run_dir(run) / "candidate.json").read_text())
@@ -362,7 +388,7 @@ def test_a_local_run_takes_its_training_environment_from_its_recipe_not_the_laun
     try:
         run = runs.launch_baseline(campaign, settings)["run"]
         wait(campaign, settings, run, ("succeeded",))
-        job = json.loads((campaign.run_dir(run) / "job_env.json").read_text())
+        job = json.loads((campaign.run_dir(run) / "work" / "job_env.json").read_text())
         assert job["NCCL_ALGO"] == "Ring", "the recipe's value wins"
         assert "OMP_NUM_THREADS" not in job and "TORCHDYNAMO_DISABLE" not in job and "ATTUNE_SIM_FAULT" not in job
         assert job["LD_LIBRARY_PATH"] == "/opt/attune-test-lib" and job["ATTUNE_TEST_UNLISTED"] == "kept"

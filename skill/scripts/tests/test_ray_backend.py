@@ -351,3 +351,52 @@ def test_real_megatron_on_the_cpu_runs_through_the_ray_backend(ray_cluster, tmp_
         assert result["status"] == "finished" and result["cpu"] is True
         assert result["metrics"]["iter"] == list(range(1, 21)) and result["metrics"]["gpus"] == 2
         assert "iteration       20/      20" in log.read_text()
+
+
+def test_a_candidate_whose_runtime_env_carries_the_agents_code_never_reaches_the_cluster(ray_cluster, tmp_path):
+    """The launch-time runtime_env check (core/envpolicy.py) on a real Ray cluster. Candidates written by hand into
+    runs/ (an agent that got past `candidate new`) whose runtime_env ships the campaign's scratch/ (its working_dir,
+    or a py_modules entry by a file:// URI) are refused before launch: no job with their id on the job server, no
+    launch row, and the canary that scratch/sitecustomize.py writes when the job's Python starts does not exist.
+    The same runtime_env submitted straight to the backend, past the check, does run it: the attack is real."""
+    for campaign, made in local_campaign(tmp_path, FAKE, "rv-", "ray-env", ATTUNE_BACKEND="ray",
+                                         ATTUNE_RAY_ADDRESS=ray_cluster.address):
+        scratch = campaign.dir / "scratch"
+        scratch.mkdir(exist_ok=True)
+        canary = tmp_path / "canary"
+        (scratch / "sitecustomize.py").write_text("import pathlib\npathlib.Path(%r).write_text('ran')\n" % str(canary))
+        (scratch / "evil").mkdir()
+        (scratch / "evil" / "__init__.py").write_text("")
+        forged = {"rv-r098": FAKE.replace("    env_vars:\n", "    working_dir: %s\n    env_vars:\n" % scratch),
+                  "rv-r099": FAKE.replace("    env_vars:\n", "    py_modules: [\"file://%s\"]\n    env_vars:\n"
+                                          % (scratch / "evil"))}
+        backend = backends.get("ray", made)
+        control = tmp_path / "rv-control"
+        control.mkdir()
+        backend.submit("rv-control", Recipe(forged["rv-r098"]), control)
+        try:
+            follow(backend, control, ("succeeded", "failed"))
+        finally:
+            backend.teardown(control)
+        assert canary.read_text() == "ran"  # past the check, the job runs the agent's code
+        canary.unlink()
+        baseline = runs.launch_baseline(campaign, made)["run"]
+        try:
+            for run, text in forged.items():
+                directory = campaign.run_dir(run)
+                directory.mkdir(parents=True)
+                (directory / "recipe.yaml").write_text(text)
+                (directory / "candidate.json").write_text(json.dumps({"run": run, "parent": "baseline", "change": [],
+                                                                      "lever": "other: x", "hypothesis": "h"}))
+                rows = campaign.ledger.rows()
+                with pytest.raises(InputError, match="run %s refused before launch, nothing started: runtime_env "
+                                                     "(working_dir|py_modules)" % run):
+                    runs.launch_candidate(campaign, made, run)
+                assert campaign.ledger.rows() == rows  # no launch row
+                assert sorted(os.listdir(directory)) == ["candidate.json", "recipe.yaml"]  # no ray.json
+            jobs = {job.submission_id for job in backend.client.list_jobs()}
+            assert baseline in jobs and not jobs & set(forged)
+            follow(backend, campaign.run_dir(baseline), ("succeeded", "failed"))
+        finally:
+            backend.teardown(campaign.run_dir(baseline))
+        assert not canary.exists()

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 
 import pytest
 from conftest import SCRIPTS
@@ -26,16 +27,17 @@ SMALL = {"--rollout-batch-size": "8", "--n-samples-per-prompt": "4", "--rollout-
 pytest.importorskip("torch", reason="slime's dumps are torch.save files (the pod extra)")
 
 
-def whole_loop(tmp_path) -> str:
+def whole_loop() -> str:
     made = Recipe(RECIPE.read_text().format(python=sys.executable, sim=SIM), str(RECIPE))
     changes = [{"op": "set", "arg": flag, "value": value} for flag, value in SMALL.items()]
-    changes.append({"op": "set", "arg": slime.SAVE_FLAG, "value": str(tmp_path / "saved" / "{rollout_id}.pt")})
+    # relative: each run saves into its own working folder (runs/<run>/work/), where a confined local run writes
+    changes.append({"op": "set", "arg": slime.SAVE_FLAG, "value": "saved/{rollout_id}.pt"})
     return made.apply(changes).render()
 
 
 @pytest.fixture
 def campaign(tmp_path):
-    yield from local_campaign(tmp_path, whole_loop(tmp_path), "wl-", "wl-test")
+    yield from local_campaign(tmp_path, whole_loop(), "wl-", "wl-test")
 
 
 def finish(made, settings, row) -> str:
@@ -52,10 +54,10 @@ def candidate(made, settings, *change) -> str:
     return finish(made, settings, runs.launch_candidate(made, settings, run))
 
 
-def freeze(made, tmp_path, capsys) -> str:
+def freeze(made, base, capsys) -> str:
     """The baseline's saved rollouts frozen into the campaign: rows, then the dump slime loads; its manifest."""
     scratch = made.dir / "scratch"
-    assert cli.main(["rows", "from-slime", str(tmp_path / "saved" / "{rollout_id}.pt"), "--out",
+    assert cli.main(["rows", "from-slime", str(made.run_dir(base) / "work" / "saved" / "{rollout_id}.pt"), "--out",
                      str(scratch / "rollouts.parquet")]) == 0
     capsys.readouterr()
     assert cli.main(["rows", "to-slime", str(scratch / "rollouts.parquet"), "--out", str(scratch / "dump"),
@@ -76,8 +78,8 @@ def gate(made, run, capsys) -> dict:
 def test_a_whole_loop_run_is_gated_on_its_replay_against_the_baselines(campaign, tmp_path, capsys):
     made, settings = campaign
     base = finish(made, settings, runs.launch_baseline(made, settings))
-    assert sorted(p.name for p in (tmp_path / "saved").iterdir()) == ["0.pt", "1.pt", "2.pt", "3.pt"]
-    manifest = freeze(made, tmp_path, capsys)
+    assert sorted(p.name for p in (made.run_dir(base) / "work" / "saved").iterdir()) == ["0.pt", "1.pt", "2.pt", "3.pt"]
+    manifest = freeze(made, base, capsys)
     cand = candidate(made, settings, "sglang-mem-fraction-static=0.6")
     with pytest.raises(CheckFailed, match="baseline run %s has no finished replay" % base):
         from attune.correctness import gate as gate_mod
@@ -95,6 +97,10 @@ def test_a_whole_loop_run_is_gated_on_its_replay_against_the_baselines(campaign,
     replayed = Recipe.load(made.run_dir(own) / "recipe.yaml")
     assert slime.shape_of(replayed.args()).mode == "train_only" and slime.SAVE_FLAG not in replayed.args()
     assert replayed.args()["--sglang-mem-fraction-static"] == "0.6"  # the candidate's own recipe, replayed
+    # it reads the dump's copy in the campaign's records, checked there, not the scratch/ dump the agent can change
+    frozen = made.dir / ".attune" / "dumps" / dump_sha
+    assert replayed.args()["--load-debug-rollout-data"] == str(frozen / "{rollout_id}.pt")
+    assert sorted(p.name for p in frozen.iterdir()) == sorted(p.name for p in Path(manifest).parent.iterdir())
     # the replay trains the very samples the whole loop generated: the same tokens per rollout
     tokens = {run: [row for row in made.ledger.rows() if row["kind"] == "result" and row["run"] == run][0]
               ["metrics"]["tokens"] for run in (base, reference, own)}
@@ -122,7 +128,7 @@ def test_a_whole_loop_run_is_gated_on_its_replay_against_the_baselines(campaign,
 def test_a_replay_is_refused_where_it_cannot_stand_for_its_run(campaign, tmp_path, capsys):
     made, settings = campaign
     base = finish(made, settings, runs.launch_baseline(made, settings))
-    manifest = freeze(made, tmp_path, capsys)
+    manifest = freeze(made, base, capsys)
     with pytest.raises(InputError, match="--replay-of wl-r999: the ledger has no launch"):
         runs.launch_replay(made, settings, "wl-r999", manifest)
     with pytest.raises(InputError, match="not a dump manifest"):
