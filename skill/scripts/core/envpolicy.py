@@ -296,6 +296,30 @@ def _launcher(recipe) -> tuple:
     return tuple(before + [command.program] + [w.value for w in words[command.args_end:]])
 
 
+def _rest(recipe):
+    """The recipe's RayJob less what a candidate may change (the entrypoint, the runtime_env, each worker group's
+    replicas and GPU counts) and its metadata: the images, pod templates, volumes and submitter a job runs."""
+    import copy
+
+    import yaml
+    doc = copy.deepcopy(yaml.safe_load(recipe.text))
+    doc.pop("metadata", None)
+    spec = doc.get("spec") if isinstance(doc.get("spec"), dict) else {}
+    spec.pop("entrypoint", None)
+    spec.pop("runtimeEnvYAML", None)
+    cluster = spec.get("rayClusterSpec") if isinstance(spec.get("rayClusterSpec"), dict) else {}
+    for group in cluster.get("workerGroupSpecs") or []:
+        if not isinstance(group, dict):
+            continue
+        for key in ("replicas", "minReplicas", "maxReplicas"):
+            group.pop(key, None)
+        for container in ((group.get("template") or {}).get("spec") or {}).get("containers") or []:
+            for amounts in ((container or {}).get("resources") or {}).values():
+                if isinstance(amounts, dict):
+                    amounts.pop("nvidia.com/gpu", None)
+    return doc
+
+
 def launch_problems(campaign_dir, recipe, baseline, run_dir=None, set_by_attune: Mapping = None) -> list:
     """Every reason ``check_launch`` refuses ``recipe`` against the trusted ``baseline``, one line each."""
     set_by_attune = set_by_attune or {}
@@ -348,6 +372,10 @@ def launch_problems(campaign_dir, recipe, baseline, run_dir=None, set_by_attune:
             problems.append("argument %s %s names %s, a path inside the campaign %s (a relative path is taken as one) "
                             "where the agent writes: the run would read it outside the sandbox. Fix: give a value "
                             "that is not a path into the campaign" % (flag, value, found, campaign_dir))
+    if _rest(recipe) != _rest(baseline):
+        problems.append("the RayJob differs from the baseline recipe's beyond its entrypoint, runtime_env and GPU "
+                        "counts (images, pod templates, volumes or the submitter): a candidate may not change what "
+                        "its job runs on. Fix: write the candidate with `attune candidate new` from the baseline")
     if _launcher(recipe) != _launcher(baseline):
         problems.append("the entrypoint runs %r where the baseline recipe runs %r: a candidate changes arguments, "
                         "not the program or its launcher. Fix: write the candidate with `attune candidate new`"

@@ -354,3 +354,29 @@ def test_only_attune_sets_a_replays_rows_sha256(camp):
     with pytest.raises(InputError, match="ATTUNE_ROWS_SHA256"):
         envpolicy.check_launch(camp, replay, rayjob(BASE_ENV), "the replay",
                                set_by_attune={"ATTUNE_ROWS_SHA256": "cd" * 32})
+
+
+def test_an_argument_naming_a_path_in_the_campaign_is_refused_unless_the_baseline_gives_it(camp):
+    for value in ("%s/scratch/evil.json" % camp, "scratch/evil.json", "../../scratch/evil.json",
+                  "file://%s/scratch/x" % camp):
+        message = refused(camp, rayjob(BASE_ENV, "python3 /opt/app/train.py --tp-comm-overlap-cfg %s" % value))
+        assert "argument --tp-comm-overlap-cfg" in message, message
+    own = rayjob(BASE_ENV, "python3 /opt/app/train.py --save %s/scratch/ckpt" % camp)
+    envpolicy.check_launch(camp, own, own, "the baseline launch")  # the user's own choice, as the baseline gives it
+    envpolicy.check_launch(camp, rayjob(BASE_ENV, "python3 /opt/app/train.py --data-path /data/set"),
+                           rayjob(BASE_ENV), "run ev-r001")
+    envpolicy.check_launch(camp, rayjob(BASE_ENV, "python3 /opt/app/train.py --load %s/.attune/dumps/x" % camp),
+                           rayjob(BASE_ENV), "run ev-r001")  # the campaign's read-only records
+
+
+def test_a_rayjob_that_changes_what_its_job_runs_on_is_refused(camp):
+    base = rayjob(BASE_ENV)
+    assert "beyond its entrypoint" in refused(camp, Recipe(base.text.replace("replicas: 1", "replicas: 1\n"
+                                                                             "        rayStartParams: {evil: x}"),
+                                                           "recipe.yaml"))
+    image = base.text.replace("- name: worker", "- name: worker\n                image: evil/image:latest")
+    assert "beyond its entrypoint" in refused(camp, Recipe(image, "recipe.yaml"))
+    # a layout change's GPU counts and the run's own name are a candidate's to change
+    regrouped = base.text.replace("replicas: 1", "replicas: 2").replace("nvidia.com/gpu: 1", "nvidia.com/gpu: 2")
+    envpolicy.check_launch(camp, Recipe(regrouped.replace("name: ev", "name: ev-r002", 1), "recipe.yaml"), base,
+                           "run ev-r002")
