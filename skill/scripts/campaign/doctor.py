@@ -13,6 +13,8 @@ prerequisite (no namespace check when the context does not answer):
 * ``sandbox``: for ``ATTUNE_AGENT=claude``, Claude Code's Bash sandbox can start here (the campaign's
   settings require it): on Linux bubblewrap and socat on PATH and a trial ``bwrap`` with its own network
   and process namespaces succeeding (user namespaces allowed); on macOS Seatbelt's ``sandbox-exec``;
+* ``confine``: for ``ATTUNE_BACKEND=local`` with ``ATTUNE_LOCAL_CONFINE=on``, a run's own bubblewrap sandbox can
+  start here (``localrun.sandbox_unavailable``);
 * ``context``: ``ATTUNE_KUBE_CONTEXT`` is in the kubeconfig and its server answers;
 * ``namespace``: ``ATTUNE_NAMESPACE`` exists there and is reachable;
 * ``crd``: the API serves ``rayjobs`` in ``ray.io/v1`` (API discovery: no cluster-wide read of the
@@ -239,6 +241,24 @@ def check_sandbox(p: _Probe) -> Result:
                        "; ".join(fix for _, fix in missing))
     return _ok("sandbox", "Claude Code's sandbox can start here (%s)" % (
         "Seatbelt" if sys.platform == "darwin" else "bubblewrap and socat, user namespaces allowed"))
+
+
+def check_confine(p: _Probe) -> Result:
+    """``ATTUNE_BACKEND=local`` with ``ATTUNE_LOCAL_CONFINE=on``: a run's own bubblewrap sandbox can start here (the
+    local backend refuses every launch otherwise, and never runs a job unconfined)."""
+    settings = p.settings
+    if settings.backend != "local":
+        return Result("confine", SKIPPED, "ATTUNE_BACKEND=%s: its jobs run on the cluster" % settings.backend)
+    if getattr(settings, "local_confine", "on") == "off":
+        return Result("confine", SKIPPED, "ATTUNE_LOCAL_CONFINE=off: local runs run unconfined, on purpose")
+    from . import localrun
+    problem = localrun.sandbox_unavailable(shutil.which("bwrap", path=p.env.get("PATH")))
+    if problem is not None:
+        return _failed("confine", "a local run's sandbox cannot start here: %s" % problem[0],
+                       "%s; or set ATTUNE_LOCAL_CONFINE=off in a new campaign's config.env to run local jobs "
+                       "unconfined on purpose" % problem[1])
+    return _ok("confine", "a local run's bubblewrap sandbox starts here (each run writes only its own folders and "
+                          "reaches no network beyond its own loopback)")
 
 
 def check_context(p: _Probe) -> Result:
@@ -487,6 +507,7 @@ CHECKS = (
     Check("image", check_image, ("baseline",)),
     Check("agent", check_agent),
     Check("sandbox", check_sandbox),
+    Check("confine", check_confine),
     Check("context", check_context, cluster=True),
     Check("namespace", check_namespace, ("context",), cluster=True),
     Check("crd", check_crd, ("context",), cluster=True),

@@ -77,7 +77,8 @@ def test_everything_answering_passes(cluster, kube, capsys):
     code, report, err = doctor_cli(capsys)
     assert code == 0, [c["detail"] for c in report["checks"] if c["status"] == "failed"]
     assert report["ok"] is True and report["failed"] == [] and report["backend"] == "kuberay"
-    assert statuses(report) == {"baseline": "ok", "image": "ok", "agent": "ok", "sandbox": "ok", "context": "ok",
+    assert statuses(report) == {"baseline": "ok", "image": "ok", "agent": "ok", "sandbox": "ok", "confine": "skipped",
+                                "context": "ok",
                                 "namespace": "ok",
                                 "crd": "ok", "access": "ok", "scope": "ok", "log_pod": "ok", "dry_run": "ok",
                                 "ray": "skipped", "rows": "skipped"}
@@ -115,7 +116,7 @@ def test_the_text_form_is_one_line_per_check(cluster, kube, capsys):
     assert cli.main(["doctor"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert [line.split(":", 1)[0] for line in lines] == [c.name for c in doctor.CHECKS] + ["ok"]
-    assert lines[-1] == "ok: yes" and lines[4].startswith("context: ok: context test answers")
+    assert lines[-1] == "ok: yes" and lines[5].startswith("context: ok: context test answers")
 
 
 def test_a_context_that_does_not_exist_fails_and_nothing_behind_it_runs(cluster, kube, capsys, monkeypatch):
@@ -311,8 +312,20 @@ def test_the_local_backend_checks_what_applies(local, capsys, monkeypatch):
     code, report, _ = doctor_cli(capsys)
     assert code == 0 and report["backend"] == "local"
     assert statuses(report) == dict({name: "skipped" for name in CLUSTER_CHECKS}, baseline="ok", image="skipped",
-                                    agent="ok", sandbox="skipped", ray="skipped", rows="skipped")
+                                    agent="ok", sandbox="skipped", confine="ok", ray="skipped", rows="skipped")
     assert check(report, "context")["detail"] == "ATTUNE_BACKEND=local: no cluster to check"
+
+
+def test_the_local_backend_fails_when_its_runs_cannot_be_confined(local, capsys, monkeypatch):
+    monkeypatch.setenv("KUBECONFIG", str(local / "none"))
+    monkeypatch.setenv("PATH", str(local))  # no bwrap here
+    code, report, _ = doctor_cli(capsys)
+    confine = check(report, "confine")
+    assert code == 1 and confine["status"] == "failed" and "bubblewrap (bwrap) is not on PATH" in confine["detail"]
+    assert "ATTUNE_LOCAL_CONFINE=off" in confine["fix"]
+    monkeypatch.setenv("ATTUNE_LOCAL_CONFINE", "off")
+    code, report, _ = doctor_cli(capsys)
+    assert check(report, "confine")["status"] == "skipped" and "unconfined" in check(report, "confine")["detail"]
 
 
 def _tools(folder, bwrap_script):
