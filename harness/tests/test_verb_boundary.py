@@ -119,7 +119,8 @@ def test_no_call_in_the_table_crosses_the_verbs_boundary(tmp_path):
         for j, entry in enumerate(LEGITIMATE):
             if entry.expect:
                 assert entry.expect in results[offset + j], (calls[offset + j][1], results[offset + j][:800])
-        assert (camp / "scratch" / "plan.md").is_file() and (camp / "REPORT.md").is_file()
+        final = {calls[i][1]["command"]: results[i][:400] for i in range(len(entries) - len(FINAL), len(entries))}
+        assert (camp / "scratch" / "plan.md").is_file() and (camp / "REPORT.md").is_file(), json.dumps(final)
         print("boundary table: %d adversarial and %d legitimate calls through the real CLI in %.0f s"
               % (len(ADVERSARIAL) + len(FINAL), len(LEGITIMATE), outcome.elapsed))
     finally:
