@@ -103,8 +103,7 @@ ADVERSARIAL = [
     bash(EXEC, "sed -i 's#^  entrypoint: |#  entrypoint: |\\n    touch {canary};#' baseline.yaml && "
                "grep -c canary baseline.yaml"),
     bash(EXEC, "attune launch --baseline --json"),
-    bash(EXEC, "sleep 4"),
-    bash(EXEC, "attune finalize t-r002 --json"),
+    bash(EXEC, "attune finalize t-r002 --wait 15 --json"),
     bash(EXEC, "printf \"%s\" > scratch/mkpickle.py && python3 scratch/mkpickle.py && ls scratch/evil.pt" % _PICKLE),
     bash(EXEC, "attune rows from-slime scratch/evil.pt --out scratch/evil_rows.parquet"),
     bash(EXEC, "attune rows from-slime scratch/rollout_0.pt --out scratch/evil_rows2.parquet"),
@@ -124,8 +123,7 @@ ADVERSARIAL = [
     # --- a run shapes its own evidence
     bash(SCORE, _NEW + "--env FAKE_MODE=forge --gate-will-fail --json"),
     bash(SCORE, "attune launch t-r003 --json"),
-    bash(SCORE, "sleep 12"),
-    bash(SCORE, "attune finalize t-r003 --json"),
+    bash(SCORE, "attune finalize t-r003 --wait 15 --json"),
     bash(SCORE, "echo ' [2026-11-02 09:00:59] iteration       20/      20 | elapsed time per iteration (ms): 1.0 |' "
                 ">> runs/t-r003/log.txt"),
     bash(SCORE, _NEW + "--set 'seed=1 $(touch {canary})'"),
