@@ -68,7 +68,7 @@ from stop import campaign_state, decide as stop_decide, over as stop_over  # noq
 
 from attune.campaign import ledger as campaign_mod  # noqa: E402
 from attune.campaign import doctor as doctor_mod  # noqa: E402
-from attune.core import settings as settings_mod  # noqa: E402
+from attune.core import frozen as frozen_mod, settings as settings_mod  # noqa: E402
 from attune.core.errors import (EXIT_CHECK_FAILED, EXIT_INTEGRITY, EXIT_OK, EXIT_USAGE, AttuneError,  # noqa: E402
                                 InputError)
 
@@ -319,7 +319,7 @@ def launch(directory: Path, goal_prompt: Path = None, session: str = None, prepa
                          "the campaign runs in, or start a campaign there without --session"
                          % (directory, campaign_files.SETTINGS, session))
     # a later launch (a resume, or the start after --prepare) reads the campaign's frozen settings only
-    settings = settings_mod.for_campaign(directory, config_file=config)
+    settings = frozen_mod.for_campaign(directory, config_file=config)
     if not first:
         for line in settings_mod.differences(settings, os.environ, config):
             print("launch_campaign: warning: %s; the campaign keeps the settings it started with (%s)"

@@ -24,7 +24,7 @@ sys.path.insert(0, str(REPO / "skill" / "scripts" / "tests"))
 
 from attune.campaign import ledger as campaign_mod  # noqa: E402
 from attune.campaign import runs as runs_mod  # noqa: E402
-from attune.core import settings as settings_mod  # noqa: E402
+from attune.core import frozen as frozen_mod  # noqa: E402
 
 RECIPE = (REPO / "skill" / "scripts" / "tests" / "data" / "recipes" / "local_fake_megatron.yaml").read_text()
 
@@ -142,7 +142,7 @@ def test_integrity_violation_tears_down_live_runs_and_exits_3(tmp_path):
     assert "integrity violation" in err and "t-r001" in err
     violation = json.loads((directory / ".attune" / "integrity_violation.json").read_text())
     assert "ledger.jsonl" in json.dumps(violation)
-    settings = settings_mod.for_campaign(directory)
+    settings = frozen_mod.for_campaign(directory)
     local = runs_mod.backends.get(settings.backend, settings)
     deadline = time.time() + 20
     while time.time() < deadline and local.status(directory / "runs" / "t-r001").state != "torn_down":
@@ -199,7 +199,7 @@ def test_the_start_after_prepare_and_a_resume_read_the_campaigns_settings(tmp_pa
     assert proc.returncode == 0, err
     warnings = [line for line in err.splitlines() if "warning" in line]
     assert len(warnings) == 1 and "AUTOTUNE_BUDGET: '7' here, '20' in the campaign" in warnings[0], err
-    assert settings_mod.for_campaign(directory).as_env()["AUTOTUNE_BUDGET"] == "20"
+    assert frozen_mod.for_campaign(directory).as_env()["AUTOTUNE_BUDGET"] == "20"
     sessions = [json.loads(line) for line in (directory / ".attune" / "sessions.jsonl").read_text().splitlines()]
     assert [s["session"] for s in sessions] == [session, session]
 

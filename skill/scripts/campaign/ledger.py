@@ -7,7 +7,7 @@ import math
 import os
 from pathlib import Path
 
-from attune.core import __version__, files, settings as settings_mod
+from attune.core import __version__, files, frozen as frozen_mod
 from attune.core.chainlog import ChainLog
 from attune.core.errors import InputError
 from attune.core.levers import CATALOG as LEVER_CATALOG
@@ -61,7 +61,7 @@ class Campaign(object):
                              "start one with `attune init`" % (self.dir, LEDGER))
 
     def settings(self, env=None, config_file=None):
-        return settings_mod.for_campaign(self.dir, env, config_file)
+        return frozen_mod.for_campaign(self.dir, env, config_file)
 
     def append(self, kind: str, ts: str = None, **payload) -> dict:
         """Append a ledger row of ``kind``; the envelope is filled in (``ts`` defaults to now)."""
@@ -93,10 +93,10 @@ def init(directory, settings, campaign_id: str = None, ts: str = None, note: str
     """Create a campaign: freeze its settings and write the first ledger row. Idempotent."""
     campaign = Campaign(directory)
     files.make_folders(campaign.dir)
-    frozen = settings_mod.freeze(settings, campaign.dir)
+    frozen = frozen_mod.freeze(settings, campaign.dir)
     if campaign.ledger.first_row() is None:  # the frozen file's own bytes: what every later read is checked against
-        payload = {"settings_sha256": settings_mod.file_sha256(frozen), "attune_version": __version__}
-        payload.update(settings_mod.freeze_inputs(settings, campaign.dir))  # the baseline recipe, the gate's rules
+        payload = {"settings_sha256": frozen_mod.file_sha256(frozen), "attune_version": __version__}
+        payload.update(frozen_mod.freeze_inputs(settings, campaign.dir))  # the baseline recipe, the gate's rules
         if note:
             payload["note"] = note
         campaign.ledger.append("campaign", payload,

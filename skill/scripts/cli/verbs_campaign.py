@@ -9,7 +9,7 @@ from attune.campaign import (budget as budget_mod, chart as chart_mod, ledger as
                              report as report_mod, results as results_mod, snapshot as snapshot_mod,
                              status as status_mod)
 from attune.campaign.background import Background, BackgroundError
-from attune.core import files, settings as settings_mod
+from attune.core import files, frozen as frozen_mod, settings as settings_mod
 from attune.core.errors import EXIT_CHECK_FAILED, EXIT_OK, CheckFailed, InputError, IntegrityError
 
 from .base import campaign_dir, emit, take_snapshot, verb
@@ -44,7 +44,7 @@ def cmd_settings(args) -> int:
     if args.example:
         sys.stdout.write(settings_mod.render_example())
         return EXIT_OK
-    loaded = settings_mod.for_campaign(campaign_dir(args), config_file=args.config)
+    loaded = frozen_mod.for_campaign(campaign_dir(args), config_file=args.config)
     if args.check_files:
         loaded.check_files()
     values = loaded.as_env()
@@ -57,7 +57,7 @@ def cmd_settings(args) -> int:
                 "line per check with its fix (exit 1 when one fails)")
 def cmd_doctor(args) -> int:
     from attune.campaign import doctor as doctor_mod
-    report = doctor_mod.run(settings_mod.for_campaign(campaign_dir(args), config_file=args.config))
+    report = doctor_mod.run(frozen_mod.for_campaign(campaign_dir(args), config_file=args.config))
     emit(args, report.as_dict(), "\n".join(report.lines()))
     if not report.ok:
         print("attune doctor: failed: %s" % ", ".join(report.failed), file=sys.stderr)

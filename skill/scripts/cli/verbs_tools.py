@@ -6,7 +6,7 @@ import sys
 from pathlib import Path
 
 from attune.campaign import ledger as campaign_mod
-from attune.core import settings as settings_mod
+from attune.core import frozen as frozen_mod
 from attune.core.errors import EXIT_CHECK_FAILED, EXIT_OK, CheckFailed, InputError
 
 from .base import campaign_dir, campaign_settings, check_config, emit, subcommands, verb
@@ -317,9 +317,9 @@ def _rows_check(args) -> int:
     from attune.data import check as check_mod, rollout as rollout_mod
     path = args.file
     expect, source = args.expect_sha, "--expect-sha"
-    frozen = settings_mod.frozen_path(campaign_dir(args))
+    frozen = frozen_mod.frozen_path(campaign_dir(args))
     if expect is None and frozen.exists():
-        expect = settings_mod.for_campaign(campaign_dir(args)).rows_sha256 or None
+        expect = frozen_mod.for_campaign(campaign_dir(args)).rows_sha256 or None
         source = "ATTUNE_ROWS_SHA256 in %s" % frozen
     if rollout_mod.is_manifest(path):
         result = check_mod.check_dump(path, args.seq_length, expect, source)

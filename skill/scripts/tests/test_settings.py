@@ -9,7 +9,7 @@ import subprocess
 import pytest
 from conftest import REPO
 
-from attune.core import settings as s
+from attune.core import frozen as f, settings as s
 from attune.core.errors import SettingsError
 
 GOOD = {
@@ -110,25 +110,25 @@ def test_render_env_round_trips():
 
 def test_freeze_refuses_different_settings(tmp_path):
     first = s.load(dict(GOOD, ATTUNE_BASELINE_YAML="/tmp/with space/base.yaml"))
-    s.freeze(first, tmp_path)
-    assert s.load(s.parse_env_file(s.frozen_path(tmp_path))) == first
-    assert s.for_campaign(tmp_path, env={}) == first
+    f.freeze(first, tmp_path)
+    assert s.load(s.parse_env_file(f.frozen_path(tmp_path))) == first
+    assert f.for_campaign(tmp_path, env={}) == first
     second = s.load(dict(GOOD, AUTOTUNE_GPUH_BUDGET="5"))
     with pytest.raises(SettingsError):
-        s.freeze(second, tmp_path)
+        f.freeze(second, tmp_path)
     # the frozen copy wins over the environment
-    assert s.for_campaign(tmp_path, env=dict(GOOD, AUTOTUNE_GPUH_BUDGET="5")) == first
+    assert f.for_campaign(tmp_path, env=dict(GOOD, AUTOTUNE_GPUH_BUDGET="5")) == first
 
 
 def test_a_copy_frozen_before_a_setting_was_added_is_still_the_campaigns(tmp_path):
     first = s.load(GOOD)
-    s.freeze(first, tmp_path)
-    path = s.frozen_path(tmp_path)
+    f.freeze(first, tmp_path)
+    path = f.frozen_path(tmp_path)
     older = "".join(line for line in path.read_text().splitlines(True) if not line.startswith("ATTUNE_CLAUDE_VERSION="))
     path.write_text(older)  # as written by a version that had no ATTUNE_CLAUDE_VERSION
-    assert s.freeze(first, tmp_path) == path and path.read_text() == older  # accepted, and left as it was
+    assert f.freeze(first, tmp_path) == path and path.read_text() == older  # accepted, and left as it was
     with pytest.raises(SettingsError):
-        s.freeze(s.load(dict(GOOD, ATTUNE_CLAUDE_VERSION="2.1")), tmp_path)
+        f.freeze(s.load(dict(GOOD, ATTUNE_CLAUDE_VERSION="2.1")), tmp_path)
 
 
 def test_example_file_matches_settings_in_both_directions():
@@ -225,12 +225,12 @@ def test_a_frozen_settings_file_cut_anywhere_is_refused_naming_it(tmp_path):
     (or, when the lines it dropped held only defaults, taken as the same settings):
     the verdict must not depend on where the cut lands, which moves with the length of the paths the file holds."""
     made = s.load(dict(GOOD))
-    path = s.freeze(made, tmp_path)
+    path = f.freeze(made, tmp_path)
     text = path.read_text()
     for cut in range(1, len(text) - 1, 3):
         path.write_text(text[:cut])
         try:
-            s.freeze(made, tmp_path)
+            f.freeze(made, tmp_path)
         except SettingsError as found:
             assert str(path) in " ".join(found.problems), (cut, found.problems)
         else:  # only a cut that leaves the same settings (the lines it dropped held defaults) is taken
