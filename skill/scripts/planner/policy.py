@@ -53,6 +53,7 @@ from typing import Dict, List, Optional, Sequence
 
 from attune.campaign.ranking import band_text
 
+from .odds import expected_improvement, lognormal_sd, probability_above
 from .space import Alternative, Lever, Prediction
 
 __all__ = ["Measured", "Tried", "Change", "Config", "State", "Option", "Action", "propose", "options", "diagnose",
@@ -254,20 +255,6 @@ def _memory_ratio(state: State) -> float:
     return max(1.0, min(1.5, measured.max_reserved_gib / lead.memory_gib))
 
 
-def _phi(x: float) -> float:
-    return 0.5 * (1.0 + math.erf(x / math.sqrt(2.0)))
-
-
-def lognormal_sd(median_abs: float) -> float:
-    """The sd of ``log F`` (F lognormal around 1) whose ``|F - 1|`` has median ``median_abs`` (bisection)."""
-    lo, hi = 1e-6, 5.0
-    for _ in range(100):
-        mid = (lo + hi) / 2
-        inside = _phi(math.log(1 + median_abs) / mid) - _phi(math.log(max(1e-12, 1 - median_abs)) / mid)
-        lo, hi = (mid, hi) if inside > 0.5 else (lo, mid)
-    return (lo + hi) / 2
-
-
 def _is_moe(state: State) -> bool:
     if state.moe is not None:
         return state.moe
@@ -282,21 +269,6 @@ def error_sd(state: State) -> float:
     """The lognormal sd of the projection's error for the leader's kind (dense or MoE)."""
     cfg = state.config
     return lognormal_sd(cfg.error_median_moe if _is_moe(state) else cfg.error_median_dense)
-
-
-def probability_above(gain: float, threshold: float, sd: float) -> float:
-    """P(true gain > threshold) when the true ratio is ``(1 + gain) * F``, ``log F ~ N(0, sd)``."""
-    if gain <= -1:
-        return 0.0
-    return 1.0 - _phi((math.log1p(threshold) - math.log1p(gain)) / sd)
-
-
-def expected_improvement(gain: float, sd: float) -> float:
-    """E[max(0, (1 + gain) * F - 1)], ``log F ~ N(0, sd)`` (the lognormal call price at strike 1)."""
-    if gain <= -1:
-        return 0.0
-    d2 = math.log1p(gain) / sd
-    return (1 + gain) * math.exp(sd * sd / 2) * _phi(d2 + sd) - _phi(d2)
 
 
 def _modelled(state: State, lever: Lever, alt: Alternative, pred: Optional[Prediction]) -> bool:
