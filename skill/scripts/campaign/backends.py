@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Optional
 
 from attune.campaign import localrun
-from attune.core import files, secrets
+from attune.core import confinement, files, secrets
 from attune.core.errors import CheckFailed, InputError
 from attune.core.recipe import Recipe
 
@@ -95,7 +95,7 @@ class LocalBackend(object):
         run never falls back to running unconfined."""
         if not self.confined():
             return
-        problem = localrun.sandbox_unavailable(shutil.which("bwrap"))
+        problem = confinement.run_sandbox_unavailable(shutil.which("bwrap"), localrun.sandbox_argv)
         if problem:
             raise CheckFailed("launch refused: local runs run confined (ATTUNE_LOCAL_CONFINE=on), and %s. Fix: %s; or, "
                               "to run local jobs unconfined on purpose (a job can then write any file of yours, reach "

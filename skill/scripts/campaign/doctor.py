@@ -14,7 +14,7 @@ prerequisite (no namespace check when the context does not answer):
   settings require it): on Linux bubblewrap and socat on PATH and a trial ``bwrap`` with its own network
   and process namespaces succeeding (user namespaces allowed); on macOS Seatbelt's ``sandbox-exec``;
 * ``confine``: for ``ATTUNE_BACKEND=local`` with ``ATTUNE_LOCAL_CONFINE=on``, a run's own bubblewrap sandbox can
-  start here (``localrun.sandbox_unavailable``);
+  start here (``confinement.run_sandbox_unavailable``);
 * ``context``: ``ATTUNE_KUBE_CONTEXT`` is in the kubeconfig and its server answers;
 * ``namespace``: ``ATTUNE_NAMESPACE`` exists there and is reachable;
 * ``crd``: the API serves ``rayjobs`` in ``ray.io/v1`` (API discovery: no cluster-wide read of the
@@ -252,7 +252,7 @@ def check_confine(p: _Probe) -> Result:
     if getattr(settings, "local_confine", "on") == "off":
         return Result("confine", SKIPPED, "ATTUNE_LOCAL_CONFINE=off: local runs run unconfined, on purpose")
     from . import localrun
-    problem = localrun.sandbox_unavailable(shutil.which("bwrap", path=p.env.get("PATH")))
+    problem = confinement.run_sandbox_unavailable(shutil.which("bwrap", path=p.env.get("PATH")), localrun.sandbox_argv)
     if problem is not None:
         return _failed("confine", "a local run's sandbox cannot start here: %s" % problem[0],
                        "%s; or set ATTUNE_LOCAL_CONFINE=off in a new campaign's config.env to run local jobs "

@@ -67,16 +67,12 @@ CHUNK = 1 << 16  # bytes of the job's output copied at a time
 # seconds the output is still copied once the job's first process has ended: processes an unconfined run left
 # behind may hold the pipe open for ever (a confined run's end with it, and the pipe closes at once)
 DRAIN_S = 5.0
-BWRAP_TIMEOUT_S = 30  # the trial sandbox
 # device nodes a GPU job opens, passed into the sandbox's private /dev where this host has them; never RDMA devices
 # (/dev/infiniband): verbs traffic reaches other hosts whatever the network namespace
 DEVICES = ("/dev/nvidia*", "/dev/nvidia-caps", "/dev/dri", "/dev/kfd")
 # folders of the host's service sockets (the D-Bus buses, through which systemd starts programs outside any sandbox;
 # a container daemon's): a read-only mount still lets a program connect to a socket, so the sandbox gets empty ones
 SERVICE_SOCKETS = ("/run", "/var/run")
-UNAVAILABLE_FIX = ("allow unprivileged user namespaces (sysctl kernel.unprivileged_userns_clone=1; on Ubuntu 24.04 "
-                   "kernel.apparmor_restrict_unprivileged_userns=0), or run where a container does not forbid them")
-
 
 def sandbox_argv(bwrap, writable, tmp, cwd, hidden=()):
     """The bubblewrap command a confined run's ``bash -c COMMAND`` follows: ``bwrap`` its path, ``writable`` the
@@ -123,33 +119,6 @@ def sandbox_argv(bwrap, writable, tmp, cwd, hidden=()):
     for path in list(writable) + [tmp]:
         argv += ["--bind", path, path]
     return argv + ["--setenv", "TMPDIR", tmp, "--chdir", cwd, "--"]
-
-
-def sandbox_unavailable(bwrap, platform=None):
-    """Why a confined run cannot start on this host, as ``(what, fix)``, or None when it can: ``bwrap`` (its path;
-    None where it is not on PATH) runs ``true`` in the sandbox a run gets, on folders of its own."""
-    platform = platform or sys.platform
-    if not platform.startswith("linux"):
-        return ("a confined local run needs bubblewrap, which runs on Linux, not on %s" % platform,
-                "run the campaign's local jobs on a Linux host")
-    if not bwrap:
-        return ("bubblewrap (bwrap) is not on PATH",
-                "install it (apt-get install bubblewrap, or dnf install bubblewrap)")
-    top = tempfile.mkdtemp(prefix="attune-confine-")
-    try:
-        work, tmp = os.path.join(top, WORK), os.path.join(top, TMP)
-        os.mkdir(work)
-        os.mkdir(tmp)
-        try:
-            proc = subprocess.run(sandbox_argv(bwrap, [work], tmp, work) + ["true"], stdin=subprocess.DEVNULL,
-                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=BWRAP_TIMEOUT_S)
-            failure = None if proc.returncode == 0 else (proc.stdout.decode("utf-8", "replace").strip()[:300]
-                                                          or "exit %d" % proc.returncode)
-        except (OSError, subprocess.TimeoutExpired) as exc:
-            failure = str(exc)
-    finally:
-        shutil.rmtree(top, ignore_errors=True)
-    return None if failure is None else ("bwrap cannot make a sandbox here (%s)" % failure, UNAVAILABLE_FIX)
 
 
 def descendants(root):

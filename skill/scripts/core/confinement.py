@@ -1,11 +1,14 @@
-"""What confines a campaign's agent, as ``attune doctor`` checks it: whether Claude Code's Bash sandbox can
-start on this host, and what the campaign's Kubernetes credentials may do beyond its namespace."""
+"""What confines a campaign's agent and its runs, as ``attune doctor`` checks it: whether Claude Code's Bash sandbox
+and a local run's own sandbox can start on this host, and what the campaign's Kubernetes credentials may do beyond
+its namespace."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from typing import Mapping
 
 BWRAP_TIMEOUT_S = 30  # the trial bwrap
@@ -17,6 +20,23 @@ class ReviewError(Exception):
     def __init__(self, review: str, cause: Exception):
         Exception.__init__(self, "%s: %s" % (review, cause))
         self.review, self.cause = review, cause
+
+
+BWRAP_MISSING = ("bubblewrap (bwrap) is not on PATH",
+                 "install it (apt-get install bubblewrap, or dnf install bubblewrap)")
+USERNS_FIX = ("allow unprivileged user namespaces (sysctl kernel.unprivileged_userns_clone=1; on Ubuntu 24.04 "
+              "kernel.apparmor_restrict_unprivileged_userns=0), or run where a container does not forbid them")
+
+
+def trial(argv: list) -> "str | None":
+    """Run a trial sandbox (``argv`` ends in its program, ``true``): None when it ran, else why not (one line)."""
+    try:
+        proc = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              timeout=BWRAP_TIMEOUT_S)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return str(exc)
+    return None if proc.returncode == 0 else (proc.stdout.decode("utf-8", "replace").strip()[:300]
+                                              or "exit %d" % proc.returncode)
 
 
 def sandbox_unavailable(env: Mapping[str, str], platform: str = None) -> list:
@@ -32,26 +52,36 @@ def sandbox_unavailable(env: Mapping[str, str], platform: str = None) -> list:
     missing = []
     bwrap = shutil.which("bwrap", path=path)
     if not bwrap:
-        missing.append(("bubblewrap (bwrap) is not on PATH",
-                        "install it (apt-get install bubblewrap, or dnf install bubblewrap)"))
+        missing.append(BWRAP_MISSING)
     if not shutil.which("socat", path=path):
         missing.append(("socat is not on PATH", "install it (apt-get install socat, or dnf install socat)"))
     if bwrap:
-        argv = [bwrap, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--unshare-net", "--unshare-pid",
-                "true"]
-        try:
-            proc = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                  timeout=BWRAP_TIMEOUT_S)
-            failure = None if proc.returncode == 0 else (proc.stderr.decode("utf-8", "replace").strip()[:300]
-                                                          or "exit %d" % proc.returncode)
-        except (OSError, subprocess.TimeoutExpired) as exc:
-            failure = str(exc)
+        failure = trial([bwrap, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--unshare-net",
+                         "--unshare-pid", "true"])
         if failure is not None:
-            missing.append(("bwrap cannot make a sandbox here (%s)" % failure,
-                            "allow unprivileged user namespaces (sysctl kernel.unprivileged_userns_clone=1; on "
-                            "Ubuntu 24.04 kernel.apparmor_restrict_unprivileged_userns=0), or run where a container "
-                            "does not forbid them"))
+            missing.append(("bwrap cannot make a sandbox here (%s)" % failure, USERNS_FIX))
     return missing
+
+
+def run_sandbox_unavailable(bwrap, sandbox_argv, platform: str = None):
+    """Why a confined local run cannot start here, as ``(what, fix)``, or None when it can: ``bwrap`` (its path; None
+    where it is not on PATH) runs ``true`` in the sandbox a run gets (``sandbox_argv(bwrap, writable, tmp, cwd)``,
+    ``campaign/localrun.py``), on folders of its own."""
+    platform = platform or sys.platform
+    if not platform.startswith("linux"):
+        return ("a confined local run needs bubblewrap, which runs on Linux, not on %s" % platform,
+                "run the campaign's local jobs on a Linux host")
+    if not bwrap:
+        return BWRAP_MISSING
+    top = tempfile.mkdtemp(prefix="attune-confine-")
+    try:
+        work, tmp = os.path.join(top, "work"), os.path.join(top, "tmp")
+        os.mkdir(work)
+        os.mkdir(tmp)
+        failure = trial(sandbox_argv(bwrap, [work], tmp, work) + ["true"])
+    finally:
+        shutil.rmtree(top, ignore_errors=True)
+    return None if failure is None else ("bwrap cannot make a sandbox here (%s)" % failure, USERNS_FIX)
 
 
 

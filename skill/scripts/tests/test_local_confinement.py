@@ -18,12 +18,12 @@ from conftest import DATA
 from factory import local_campaign, wait
 
 from attune.campaign import localrun, runs
-from attune.core import settings as settings_mod
+from attune.core import confinement, settings as settings_mod
 from attune.core.errors import CheckFailed, SettingsError
 
 RECIPE = (DATA / "recipes" / "local_fake_megatron.yaml").read_text()
 FAKE = DATA / "fake_megatron.py"
-UNAVAILABLE = localrun.sandbox_unavailable(shutil.which("bwrap"))
+UNAVAILABLE = confinement.run_sandbox_unavailable(shutil.which("bwrap"), localrun.sandbox_argv)
 needs_bwrap = pytest.mark.skipif(UNAVAILABLE is not None, reason="bubblewrap cannot make a sandbox on this host: %s "
                                  "(fix: %s)" % UNAVAILABLE if UNAVAILABLE else "")
 
@@ -239,7 +239,7 @@ def test_a_confined_run_whose_sandbox_cannot_start_fails_and_never_runs_unconfin
 
 
 def test_the_check_names_linux_where_there_is_no_bubblewrap():
-    what, fix = localrun.sandbox_unavailable("/usr/bin/bwrap", platform="darwin")
+    what, fix = confinement.run_sandbox_unavailable("/usr/bin/bwrap", localrun.sandbox_argv, platform="darwin")
     assert "needs bubblewrap, which runs on Linux, not on darwin" in what and "Linux" in fix
 
 
